@@ -1,0 +1,155 @@
+"""The one place that decides between CuPy and NumPy.
+
+The device is picked once, at import, from ``GPUEMB_DEVICE``:
+
+- ``cpu``: NumPy arrays and numba CPU kernels;
+- ``cuda``: CuPy arrays; raises :class:`DeviceUnavailableError` if there is no usable GPU;
+- ``auto`` (the default): CUDA when ``cupy.cuda.is_available()`` is true, else the CPU.
+
+Everything else in the project asks this module: ``xp`` for new arrays, :func:`get_array_module` for the
+module that matches arrays it was handed. No other module imports cupy.
+"""
+import os
+
+import numpy
+
+DEVICES = ("cpu", "cuda", "auto")
+
+
+class DeviceUnavailableError(RuntimeError):
+    """The requested device cannot be used on this machine."""
+
+
+def _probe_cupy():
+    """Return (cupy or None, the reason why not)."""
+    try:
+        import cupy
+    except Exception as e:  # ImportError, or a broken CUDA install raising at import
+        return None, f"cupy is not importable ({type(e).__name__}: {e})"
+    try:
+        if not cupy.cuda.is_available():
+            return None, "cupy is installed but sees no CUDA device"
+    except Exception as e:
+        return None, f"cupy is installed but the CUDA driver failed ({type(e).__name__}: {e})"
+    return cupy, "cupy sees a CUDA device"
+
+
+def _select(requested):
+    if requested not in DEVICES:
+        raise ValueError(
+            f"GPUEMB_DEVICE={requested!r} is not a device; use one of {', '.join(DEVICES)}")
+    if requested == "cpu":
+        return "cpu", None, "GPUEMB_DEVICE=cpu"
+    cupy_mod, why = _probe_cupy()
+    if requested == "cuda":
+        if cupy_mod is None:
+            raise DeviceUnavailableError(
+                f"GPUEMB_DEVICE=cuda, but no GPU can be used: {why}. "
+                "Install the gpu extra on a machine with a GPU, or set GPUEMB_DEVICE=cpu or auto.")
+        return "cuda", cupy_mod, f"GPUEMB_DEVICE=cuda and {why}"
+    if cupy_mod is None:
+        return "cpu", None, f"GPUEMB_DEVICE=auto and {why}"
+    return "cuda", cupy_mod, f"GPUEMB_DEVICE=auto and {why}"
+
+
+_REQUESTED = os.environ.get("GPUEMB_DEVICE", "auto").strip().lower() or "auto"
+DEVICE, _cupy, _REASON = _select(_REQUESTED)
+xp = _cupy if DEVICE == "cuda" else numpy
+"""The array module of the chosen device: cupy or numpy."""
+
+
+def device_info():
+    """What was chosen and why, as a dict that prints well."""
+    info = {"device": DEVICE, "requested": _REQUESTED, "reason": _REASON, "array_module": xp.__name__}
+    if DEVICE == "cuda":
+        dev = _cupy.cuda.Device()
+        props = _cupy.cuda.runtime.getDeviceProperties(dev.id)
+        name = props["name"]
+        info.update(gpu=name.decode() if isinstance(name, bytes) else name, gpu_id=dev.id,
+                    total_memory=int(props["totalGlobalMem"]), cupy=_cupy.__version__)
+    return info
+
+
+def array_modules():
+    """Every array module in use: numpy always, cupy where the GPU was chosen. For tests and benchmarks."""
+    return [numpy] if _cupy is None else [numpy, _cupy]
+
+
+def gpu_available():
+    """True when the GPU was chosen."""
+    return _cupy is not None
+
+
+def get_array_module(*arrays):
+    """cupy if any argument is a cupy array, else numpy (Chainer's rule)."""
+    if _cupy is not None:
+        return _cupy.get_array_module(*arrays)
+    return numpy
+
+
+def is_device_array(a):
+    return _cupy is not None and isinstance(a, _cupy.ndarray)
+
+
+def to_host(a):
+    """A NumPy array with the same data (a copy when it lives on the GPU)."""
+    if is_device_array(a):
+        return _cupy.asnumpy(a)
+    return numpy.asarray(a)
+
+
+def to_device(a, dtype=None):
+    """An array of the chosen device with the same data."""
+    return xp.asarray(a, dtype=dtype)
+
+
+def pinned_empty(shape, dtype=numpy.float32):
+    """A host array in page-locked memory where there is a GPU, so copies to the device can be asynchronous."""
+    if _cupy is None:
+        return numpy.empty(shape, dtype=dtype)
+    dtype = numpy.dtype(dtype)
+    count = int(numpy.prod(shape, dtype=numpy.int64))
+    mem = _cupy.cuda.alloc_pinned_memory(max(count * dtype.itemsize, 1))
+    return numpy.frombuffer(mem, dtype=dtype, count=count).reshape(shape)
+
+
+class _NullStream:
+    """Stands in for a CUDA stream on the CPU, where work is already ordered."""
+
+    def synchronize(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def new_stream(non_blocking=True):
+    """A CUDA stream on the GPU; a no-op context on the CPU."""
+    if _cupy is None:
+        return _NullStream()
+    return _cupy.cuda.Stream(non_blocking=non_blocking)
+
+
+def current_stream():
+    if _cupy is None:
+        return _NullStream()
+    return _cupy.cuda.get_current_stream()
+
+
+def synchronize():
+    """Wait for all GPU work of this device; nothing on the CPU."""
+    if _cupy is not None:
+        _cupy.cuda.Device().synchronize()
+
+
+def scatter_add(a, indices, values):
+    """``a[indices] += values`` with repeated indices accumulated, on either backend."""
+    if is_device_array(a):
+        import cupyx  # ships with cupy; imported here so the CPU path never touches it
+        cupyx.scatter_add(a, indices, values)
+    else:
+        numpy.add.at(a, indices, values)
+

@@ -1,0 +1,132 @@
+"""Function, grad mode and the tape.
+
+A :class:`Function` runs ``forward`` on raw arrays. When grad mode is on and some input requires a gradient, each
+output Tensor remembers the Function as its ``creator``; those links are the tape. ``backward`` sorts the
+Functions that led to a tensor topologically and walks them in reverse, summing the gradients of tensors used
+more than once.
+"""
+import contextlib
+import threading
+
+from .backend import get_array_module
+from .tensor import Tensor
+
+_grad_mode = threading.local()  # per thread, so a loader thread's no_grad never leaks into training
+
+
+def is_grad_enabled():
+    return getattr(_grad_mode, "enabled", True)
+
+
+@contextlib.contextmanager
+def set_grad_enabled(enabled):
+    previous = is_grad_enabled()
+    _grad_mode.enabled = bool(enabled)
+    try:
+        yield
+    finally:
+        _grad_mode.enabled = previous
+
+
+def no_grad():
+    """Context in which nothing is recorded on the tape."""
+    return set_grad_enabled(False)
+
+
+class ShapeError(ValueError):
+    """Operands whose shapes do not fit the op; the message names the op and the shapes."""
+
+
+class Function:
+    """One differentiable op. Subclasses write ``forward(*arrays)`` and ``backward(*grad_outputs)``.
+
+    ``forward`` returns an array or a tuple of arrays and keeps on ``self`` only what ``backward`` needs.
+    ``backward`` returns one gradient per input (``None`` for inputs without one). Inputs that are not Tensors
+    (Python scalars, raw arrays) are constants: they reach ``forward`` as they are and get no gradient.
+    """
+
+    def apply(self, *inputs):
+        arrays = [x.data if isinstance(x, Tensor) else x for x in inputs]
+        self.needs_input_grad = tuple(isinstance(x, Tensor) and x.requires_grad for x in inputs)
+        outputs = self.forward(*arrays)
+        single = not isinstance(outputs, tuple)
+        outputs = (outputs,) if single else outputs
+        record = is_grad_enabled() and any(self.needs_input_grad)
+        results = tuple(Tensor(y, requires_grad=record) for y in outputs)
+        if record:
+            self.inputs = inputs
+            self.output_meta = [(y.shape, y.dtype) for y in outputs]
+            for i, r in enumerate(results):
+                r.creator, r.output_index = self, i
+        return results[0] if single else results
+
+    @property
+    def name(self):
+        return type(self).__name__
+
+    def forward(self, *arrays):
+        raise NotImplementedError(f"{self.name} has no forward")
+
+    def backward(self, *grad_outputs):
+        raise NotImplementedError(f"{self.name} has no backward")
+
+
+def _topological_order(root_fn):
+    """The Functions that led to root_fn, each before every Function whose output it consumes, reversed."""
+    order, visited, stack = [], set(), [(root_fn, False)]
+    while stack:  # iterative post-order DFS: deep graphs must not hit Python's recursion limit
+        fn, finished = stack.pop()
+        if finished:
+            order.append(fn)
+            continue
+        if id(fn) in visited:
+            continue
+        visited.add(id(fn))
+        stack.append((fn, True))
+        for x in fn.inputs:
+            parent = x.creator if isinstance(x, Tensor) else None
+            if parent is not None and id(parent) not in visited:
+                stack.append((parent, False))
+    return order[::-1]
+
+
+def _accumulate(current, g):
+    return g if current is None else current + g  # never in place: g may be shared by several inputs
+
+
+def backward(tensor, grad=None):
+    """Fill ``.grad`` of every leaf tensor that ``tensor`` depends on and that requires a gradient."""
+    if not tensor.requires_grad:
+        raise RuntimeError("backward() on a tensor that does not require a gradient: no input asked for one, "
+                           "or it was computed under no_grad()")
+    if grad is None:
+        if tensor.size != 1:
+            raise ShapeError(f"backward() without a gradient needs a single-element tensor, not shape {tensor.shape}")
+        grad = tensor.xp.ones_like(tensor.data)
+    grad = grad.data if isinstance(grad, Tensor) else grad
+    if tuple(grad.shape) != tuple(tensor.shape):
+        raise ShapeError(f"backward(): gradient of shape {tuple(grad.shape)} for a tensor of shape {tensor.shape}")
+    if tensor.creator is None:
+        tensor.grad = _accumulate(tensor.grad, grad.copy())
+        return
+    pending = {id(tensor.creator): [None] * len(tensor.creator.output_meta)}
+    pending[id(tensor.creator)][tensor.output_index] = grad
+    for fn in _topological_order(tensor.creator):
+        gys = pending.pop(id(fn))
+        xp = get_array_module(*[g for g in gys if g is not None])
+        gys = [xp.zeros(shape, dtype) if g is None else g for g, (shape, dtype) in zip(gys, fn.output_meta)]
+        gxs = fn.backward(*gys)
+        gxs = gxs if isinstance(gxs, tuple) else (gxs,)
+        if len(gxs) != len(fn.inputs):
+            raise RuntimeError(f"{fn.name}.backward returned {len(gxs)} gradients for {len(fn.inputs)} inputs")
+        for x, gx, needed in zip(fn.inputs, gxs, fn.needs_input_grad):
+            if not needed or gx is None:
+                continue
+            if tuple(gx.shape) != tuple(x.shape):
+                raise ShapeError(f"{fn.name}.backward returned a gradient of shape {tuple(gx.shape)} "
+                                 f"for an input of shape {x.shape}")
+            if x.creator is None:
+                x.grad = _accumulate(x.grad, gx.copy() if x.grad is None else gx)
+            else:
+                slot = pending.setdefault(id(x.creator), [None] * len(x.creator.output_meta))
+                slot[x.output_index] = _accumulate(slot[x.output_index], gx)
