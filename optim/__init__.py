@@ -1,0 +1,16 @@
+"""gpuemb.optim: update rules, dense optimizers, learning-rate schedules and the loss scaler."""
+from .adagrad import Adagrad, AdagradRule
+from .adam import Adam, AdamRule, AdamW
+from .config import Settings
+from .loss_scaler import LossScaler, LossScaleSettings
+from .optimizer import Optimizer
+from .rule import UpdateRule
+from .schedules import ConstantLR, CosineLR, Schedule, StepLR, WarmupPolyDecayLR, schedule_from_state
+from .sgd import SGD, SGDRule
+
+__all__ = [
+    "UpdateRule", "SGDRule", "AdagradRule", "AdamRule",
+    "Optimizer", "SGD", "Adagrad", "Adam", "AdamW",
+    "Schedule", "ConstantLR", "WarmupPolyDecayLR", "CosineLR", "StepLR", "schedule_from_state",
+    "LossScaler", "LossScaleSettings", "Settings",
+]

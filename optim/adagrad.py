@@ -1,0 +1,43 @@
+"""Adagrad (the update of torch.optim.Adagrad without lr_decay, which a schedule covers).
+
+``g = grad + weight_decay·w``; ``sum += g²``; ``w -= lr·g / (sqrt(sum) + eps)``. The accumulator starts at
+``initial_accumulator_value``.
+"""
+from dataclasses import dataclass
+
+from gpuemb.autograd.backend import get_array_module
+
+from .optimizer import Optimizer
+from .rule import UpdateRule
+
+
+@dataclass(frozen=True)
+class AdagradRule(UpdateRule):
+    """The Adagrad update of one parameter (or of rows); see the module docstring."""
+
+    initial_accumulator_value: float = 0.0
+    eps: float = 1e-10
+    weight_decay: float = 0.0
+    state_names = ("sum",)
+
+    def validate(self):
+        self.check_real("initial_accumulator_value")
+        self.check_real("eps")
+        self.check_real("weight_decay")
+
+    def init_state(self, param):
+        return {"sum": get_array_module(param).full_like(param, self.initial_accumulator_value)}
+
+    def update(self, param, grad, state, lr, step):
+        xp = get_array_module(param)
+        g = self.decayed(param, grad)
+        acc = state["sum"]
+        acc += g * g
+        param -= lr * g / (xp.sqrt(acc) + self.eps)
+
+
+class Adagrad(Optimizer):
+    """Adagrad; ``lr`` is a float or a Schedule."""
+
+    def __init__(self, params, lr=1e-2, initial_accumulator_value=0.0, eps=1e-10, weight_decay=0.0):
+        super().__init__(params, AdagradRule(initial_accumulator_value, eps, weight_decay), lr)

@@ -1,0 +1,105 @@
+"""Optimizer: applies an UpdateRule to named parameters at a learning rate that may follow a schedule.
+
+Parameters come as an iterable of Tensors (named "0", "1", ... by position), a dict ``{name: Tensor}``, or an
+iterable of ``(name, Tensor)`` pairs. State is kept per name: the rule's arrays and the parameter's own update
+count, which advances only on the steps where the parameter had a gradient.
+"""
+import numbers
+
+from gpuemb.autograd import Tensor
+from gpuemb.autograd.backend import get_array_module, to_host
+
+from .config import check
+from .schedules import ConstantLR, Schedule
+
+
+def named_parameters(params, owner):
+    """The parameters as an ordered ``{name: Tensor}``, checked: not empty, Tensors only, no repeats."""
+    items = list(params.items() if isinstance(params, dict) else params)
+    check(items, owner, "got no parameters to optimize")
+    if all(isinstance(p, Tensor) for p in items):
+        items = [(str(i), p) for i, p in enumerate(items)]
+    named, seen = {}, set()
+    for item in items:
+        check(isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], Tensor), owner,
+              f"{item!r} is not a Tensor or a (name, Tensor) pair; pass Tensors, a dict, or (name, Tensor) pairs")
+        name, p = str(item[0]), item[1]
+        check(name not in named, owner, f"the parameter name {name!r} is given twice")
+        check(id(p) not in seen, owner, f"parameter {name!r} is the same Tensor as an earlier one; "
+                                        "pass each Tensor once, or it would be updated twice a step")
+        named[name] = p
+        seen.add(id(p))
+    return named
+
+
+class Optimizer:
+    """Updates every parameter that has a ``.grad`` with ``rule``, at ``lr``: a float or a Schedule."""
+
+    def __init__(self, params, rule, lr):
+        owner = type(self).__name__
+        self.params = named_parameters(params, owner)
+        if not isinstance(lr, Schedule):
+            check(isinstance(lr, numbers.Real) and lr >= 0, owner, f"lr={lr!r}; use a float >= 0 or a Schedule")
+            lr = ConstantLR(float(lr))
+        self.rule, self.schedule = rule, lr
+        self.step_count = 0  # optimizer steps taken: the schedule's input
+        self.state, self.steps = {}, {}  # per parameter name, made on its first update
+
+    @property
+    def lr(self):
+        """The learning rate the next ``step()`` uses."""
+        return self.schedule(self.step_count)
+
+    def step(self):
+        """Update each parameter whose ``.grad`` is not None, then advance the schedule."""
+        lr = self.lr
+        for name, p in self.params.items():
+            if p.grad is None:
+                continue
+            check(tuple(p.grad.shape) == p.shape, type(self).__name__,
+                  f"parameter {name!r} has shape {p.shape} but its grad has shape {tuple(p.grad.shape)}")
+            if name not in self.state:
+                self.state[name], self.steps[name] = self.rule.init_state(p.data), 0
+            self.steps[name] += 1
+            self.rule.update(p.data, p.grad, self.state[name], lr, self.steps[name])
+        self.step_count += 1
+
+    def zero_grad(self):
+        """Drop every parameter's gradient (set it to None)."""
+        for p in self.params.values():
+            p.grad = None
+
+    def state_dict(self):
+        """Settings, step counts and per-parameter state as plain Python values and host NumPy copies."""
+        params = {name: {"step": self.steps[name], **{k: to_host(a).copy() for k, a in arrays.items()}}
+                  for name, arrays in self.state.items()}
+        return {"rule": self.rule.state_dict(), "schedule": self.schedule.state_dict(),
+                "step_count": self.step_count, "params": params}
+
+    def load_state_dict(self, state):
+        """Restore what ``state_dict()`` saved, on each parameter's device.
+
+        The rule and schedule settings must match this optimizer's (leave ``"rule"`` or ``"schedule"`` out of
+        ``state`` to keep this optimizer's own). Raises KeyError or ValueError naming any parameter that does not
+        fit; nothing is changed then.
+        """
+        owner = type(self).__name__
+        for key, settings in (("rule", self.rule), ("schedule", self.schedule)):
+            if key in state:
+                settings.load_state_dict(state[key])
+        loaded, steps = {}, {}
+        for name, saved in state["params"].items():
+            if name not in self.params:
+                raise KeyError(f"{owner}: the saved state has parameter {name!r}, which this optimizer does not "
+                               f"have (it has {', '.join(map(repr, self.params))})")
+            p = self.params[name]
+            names = sorted(k for k in saved if k != "step")
+            check(names == sorted(self.rule.state_names), owner, f"parameter {name!r}: the saved state holds "
+                  f"{names}, but {type(self.rule).__name__} keeps {sorted(self.rule.state_names)}")
+            for k in names:
+                check(tuple(saved[k].shape) == p.shape, owner, f"parameter {name!r}: saved {k!r} has shape "
+                      f"{tuple(saved[k].shape)}, the parameter has shape {p.shape}")
+            xp = get_array_module(p.data)
+            loaded[name] = {k: xp.array(saved[k]) for k in names}  # a copy: updates must not edit `state`
+            steps[name] = int(saved["step"])
+        self.state, self.steps, self.step_count = loaded, steps, int(state["step_count"])
