@@ -1,0 +1,299 @@
+"""DLRM's dot interaction: the pairwise dot products of a sample's feature vectors.
+
+Z = ``[B, n, D]`` with n = F + 1 stacks the bottom-MLP output ``[B, D]`` (row 0) on the embeddings ``[B, F, D]``.
+The output ``[B, W]`` is ``concat(bottom, the strict lower triangle of Z·Zᵀ)``, the pairs (i, j) with i > j in
+row-major order (torch's ``tril_indices(n, n, -1)``; with ``self_interaction`` the diagonal too, offset 0), then
+zeros up to a width W that is a multiple of ``pad_to`` (1: no padding), so the top MLP's GEMM gets aligned rows.
+
+The backward: Y = tril(Z·Zᵀ), so dZ = (G + Gᵀ)·Z where G holds the pair gradients at their (i, j); a diagonal
+gradient counts twice. No version builds that dense symmetric matrix except the reference.
+
+- ``*_ref``: NumPy, the definition.
+- ``*_cpu``: numba, parallel over chunks of samples. The forward computes only the lower triangle with explicit
+  loops over D and writes straight into the padded output; the backward scatters each pair gradient into the two
+  rows it touches (dZ_i += g·Z_j, dZ_j += g·Z_i). A NumPy variant (batched ``matmul`` plus a gather) was slower
+  on 2 cores at both benchmark shapes (docs/kernels.md), so it is not kept.
+- ``*_cuda``: one block per sample. Z is staged in shared memory a tile of D columns at a time (so D is not
+  bounded by shared memory); each thread owns some pairs and adds each tile's partial dot into the output.
+  The backward gives each thread one (i, d) of dZ, so a warp reads one row of G by broadcast and a row of the
+  shared Z tile without bank conflicts.
+"""
+import functools
+import math
+
+import numba
+import numpy as np
+from numba import cuda
+
+from gpuemb.autograd import Function
+from gpuemb.autograd.backend import get_array_module, is_device_array
+
+from .launch import stream_for
+
+MAX_ROWS_CUDA = 128  # n = F + 1 the CUDA kernels take: the shared tile is [128, 33] (17 KiB in float32)
+TILE_D = 32
+_FAST = {"reassoc", "contract"}  # lets LLVM vectorise the dot reductions; no nan/inf assumptions
+
+
+def pair_count(n, self_interaction=False):
+    """How many pairs (i, j), i > j (i >= j with the diagonal), n rows give."""
+    return n * (n + 1) // 2 if self_interaction else n * (n - 1) // 2
+
+
+def output_width(F, D, self_interaction=False, pad_to=8):
+    """The output's column count: D, then the pairs, rounded up to a multiple of ``pad_to``."""
+    if pad_to < 1:
+        raise ValueError(f"dot_interaction: pad_to={pad_to}; use 1 for no padding or a positive multiple")
+    width = D + pair_count(F + 1, self_interaction)
+    return -(-width // pad_to) * pad_to
+
+
+def _check(bottom, emb):
+    if bottom.ndim != 2 or emb.ndim != 3 or bottom.shape[0] != emb.shape[0] or bottom.shape[1] != emb.shape[2]:
+        raise ValueError(f"dot_interaction: want bottom [B, D] and embeddings [B, F, D], "
+                         f"got shapes {bottom.shape} and {emb.shape}")
+    if bottom.dtype != emb.dtype:
+        raise TypeError(f"dot_interaction: bottom is {bottom.dtype} but embeddings are {emb.dtype}; cast one")
+
+
+# -- reference ---------------------------------------------------------------------------------------------------
+def _pairs(n, self_interaction):
+    return np.tril_indices(n, 0 if self_interaction else -1)
+
+
+def dot_interaction_ref(bottom, emb, self_interaction=False, pad_to=8):
+    """``[B, W]``: bottom ``[B, D]``, then the lower triangle of Z·Zᵀ, then zero padding."""
+    B, F, D = emb.shape
+    Z = np.concatenate([bottom[:, None, :], emb], axis=1)
+    li, lj = _pairs(F + 1, self_interaction)
+    out = np.zeros((B, output_width(F, D, self_interaction, pad_to)), dtype=emb.dtype)
+    out[:, :D] = bottom
+    out[:, D:D + li.size] = (Z @ Z.transpose(0, 2, 1))[:, li, lj]
+    return out
+
+
+def dot_interaction_backward_ref(gy, bottom, emb, self_interaction=False):
+    """Gradients ``([B, D], [B, F, D])`` for bottom and embeddings from the output gradient ``gy [B, W]``."""
+    B, F, D = emb.shape
+    Z = np.concatenate([bottom[:, None, :], emb], axis=1)
+    li, lj = _pairs(F + 1, self_interaction)
+    G = np.zeros((B, F + 1, F + 1), dtype=gy.dtype)
+    G[:, li, lj] = gy[:, D:D + li.size]
+    gZ = (G + G.transpose(0, 2, 1)) @ Z
+    return gy[:, :D] + gZ[:, 0], gZ[:, 1:]
+
+
+# -- CPU ---------------------------------------------------------------------------------------------------------
+def _chunks(B):
+    """Samples per parallel chunk: a few chunks per thread balances load; scratch is allocated once per chunk."""
+    return max(1, -(-B // (8 * numba.get_num_threads())))
+
+
+@numba.njit(parallel=True, fastmath=_FAST, cache=True)
+def _forward_cpu(bottom, emb, out, diag, chunk):
+    B, F, D = emb.shape
+    n = F + 1
+    W = out.shape[1]
+    for c in numba.prange(-(-B // chunk)):
+        Z = np.empty((n, D), dtype=emb.dtype)  # the sample's rows side by side, so the pair loop has one source
+        for b in range(c * chunk, min(B, (c + 1) * chunk)):
+            for d in range(D):
+                Z[0, d] = bottom[b, d]
+                out[b, d] = bottom[b, d]
+            for f in range(F):
+                for d in range(D):
+                    Z[f + 1, d] = emb[b, f, d]
+            p = D
+            for i in range(1 - diag, n):
+                for j in range(i + diag):
+                    s = Z[i, 0] * Z[j, 0]
+                    for d in range(1, D):
+                        s += Z[i, d] * Z[j, d]
+                    out[b, p] = s
+                    p += 1
+            for q in range(p, W):
+                out[b, q] = 0
+    return out
+
+
+def dot_interaction_cpu(bottom, emb, self_interaction=False, pad_to=8):
+    B, F, D = emb.shape
+    out = np.empty((B, output_width(F, D, self_interaction, pad_to)), dtype=emb.dtype)
+    return _forward_cpu(np.ascontiguousarray(bottom), np.ascontiguousarray(emb), out, int(self_interaction),
+                        _chunks(B))
+
+
+@numba.njit(parallel=True, fastmath=_FAST, cache=True)
+def _backward_cpu(gy, bottom, emb, g_bottom, g_emb, diag, chunk):
+    B, F, D = emb.shape
+    n = F + 1
+    for c in numba.prange(-(-B // chunk)):
+        Z = np.empty((n, D), dtype=emb.dtype)
+        gZ = np.empty((n, D), dtype=emb.dtype)
+        for b in range(c * chunk, min(B, (c + 1) * chunk)):
+            for d in range(D):
+                Z[0, d] = bottom[b, d]
+                gZ[0, d] = 0
+            for f in range(F):
+                for d in range(D):
+                    Z[f + 1, d] = emb[b, f, d]
+                    gZ[f + 1, d] = 0
+            p = D
+            for i in range(1 - diag, n):
+                for j in range(i + diag):
+                    g = gy[b, p]
+                    p += 1
+                    for d in range(D):  # on the diagonal both lines add g·Z_i: the 2·g the symmetric sum asks
+                        gZ[i, d] += g * Z[j, d]
+                        gZ[j, d] += g * Z[i, d]
+            for d in range(D):
+                g_bottom[b, d] = gy[b, d] + gZ[0, d]
+            for f in range(F):
+                for d in range(D):
+                    g_emb[b, f, d] = gZ[f + 1, d]
+    return g_bottom, g_emb
+
+
+def dot_interaction_backward_cpu(gy, bottom, emb, self_interaction=False):
+    B, F, D = emb.shape
+    g_bottom = np.empty((B, D), dtype=emb.dtype)
+    g_emb = np.empty((B, F, D), dtype=emb.dtype)
+    return _backward_cpu(np.ascontiguousarray(gy), np.ascontiguousarray(bottom), np.ascontiguousarray(emb),
+                         g_bottom, g_emb, int(self_interaction), _chunks(B))
+
+
+# -- CUDA --------------------------------------------------------------------------------------------------------
+@cuda.jit(device=True)
+def _tri_row(p):
+    """The row i of pair index p in the strict lower triangle (p = i(i-1)/2 + j); sqrt, then exact fix-ups."""
+    i = int((1.0 + math.sqrt(1.0 + 8.0 * p)) * 0.5)
+    while i * (i - 1) // 2 > p:
+        i -= 1
+    while (i + 1) * i // 2 <= p:
+        i += 1
+    return i
+
+
+@functools.cache
+def _cuda_kernels(dtype):
+    """The forward and backward kernels for one float dtype (the shared tile's type is fixed at compile time)."""
+    nb_type = numba.from_dtype(np.dtype(dtype))
+    zero = np.dtype(dtype).type(0)
+
+    @cuda.jit
+    def forward(bottom, emb, out, diag):
+        b = cuda.blockIdx.x
+        tid, nt = cuda.threadIdx.x, cuda.blockDim.x
+        F, D = emb.shape[1], emb.shape[2]
+        n = F + 1
+        P = n * (n - 1) // 2 + diag * n
+        zs = cuda.shared.array((MAX_ROWS_CUDA, TILE_D + 1), nb_type)  # +1: rows i, i+1 fall in different banks
+        for k in range(tid, D, nt):
+            out[b, k] = bottom[b, k]
+        for k in range(D + P + tid, out.shape[1], nt):
+            out[b, k] = zero
+        for d0 in range(0, D, TILE_D):
+            w = min(TILE_D, D - d0)
+            for k in range(tid, n * w, nt):
+                r = k // w
+                c = k - r * w
+                zs[r, c] = bottom[b, d0 + c] if r == 0 else emb[b, r - 1, d0 + c]
+            cuda.syncthreads()
+            for p in range(tid, P, nt):
+                i = _tri_row(p)  # with the diagonal, pair (i, j) has the strict index of (i + 1, j)
+                j = p - i * (i - 1) // 2
+                i -= diag
+                s = zero
+                for c in range(w):
+                    s += zs[i, c] * zs[j, c]
+                if d0 == 0:
+                    out[b, D + p] = s
+                else:
+                    out[b, D + p] += s
+            cuda.syncthreads()
+
+    @cuda.jit
+    def backward(gy, bottom, emb, g_bottom, g_emb, diag):
+        b = cuda.blockIdx.x
+        tid = cuda.threadIdx.x
+        c, rows = tid % TILE_D, cuda.blockDim.x // TILE_D
+        F, D = emb.shape[1], emb.shape[2]
+        n = F + 1
+        zs = cuda.shared.array((MAX_ROWS_CUDA, TILE_D + 1), nb_type)
+        for d0 in range(0, D, TILE_D):
+            w = min(TILE_D, D - d0)
+            for k in range(tid, n * w, cuda.blockDim.x):
+                r = k // w
+                cc = k - r * w
+                zs[r, cc] = bottom[b, d0 + cc] if r == 0 else emb[b, r - 1, d0 + cc]
+            cuda.syncthreads()
+            if c < w:
+                for i in range(tid // TILE_D, n, rows):
+                    s = zero
+                    for j in range(n):
+                        hi, lo = max(i, j), min(i, j)
+                        if hi == lo and diag == 0:
+                            continue
+                        g = gy[b, D + (hi + diag) * (hi + diag - 1) // 2 + lo]
+                        s += (g + g if hi == lo else g) * zs[j, c]
+                    if i == 0:
+                        g_bottom[b, d0 + c] = gy[b, d0 + c] + s
+                    else:
+                        g_emb[b, i - 1, d0 + c] = s
+            cuda.syncthreads()
+
+    return forward, backward
+
+
+def _check_cuda(emb):
+    if emb.shape[1] + 1 > MAX_ROWS_CUDA:
+        raise ValueError(f"dot_interaction (CUDA): F + 1 = {emb.shape[1] + 1} rows; the kernel's shared tile "
+                         f"holds at most {MAX_ROWS_CUDA}")
+
+
+def dot_interaction_cuda(bottom, emb, self_interaction=False, pad_to=8):
+    _check_cuda(emb)
+    B, F, D = emb.shape
+    out = get_array_module(emb).empty((B, output_width(F, D, self_interaction, pad_to)), dtype=emb.dtype)
+    forward, _ = _cuda_kernels(emb.dtype)
+    forward[max(B, 1), 128, stream_for(emb)](bottom, emb, out, int(self_interaction))
+    return out
+
+
+def dot_interaction_backward_cuda(gy, bottom, emb, self_interaction=False):
+    _check_cuda(emb)
+    xp = get_array_module(emb)
+    g_bottom, g_emb = xp.empty(bottom.shape, dtype=emb.dtype), xp.empty(emb.shape, dtype=emb.dtype)
+    _, backward = _cuda_kernels(emb.dtype)
+    backward[max(emb.shape[0], 1), 8 * TILE_D, stream_for(emb)](gy, bottom, emb, g_bottom, g_emb,
+                                                                   int(self_interaction))
+    return g_bottom, g_emb
+
+
+# -- dispatch and autograd ---------------------------------------------------------------------------------------
+def dot_interaction(bottom, emb, self_interaction=False, pad_to=8):
+    """``[B, W]`` = concat(bottom ``[B, D]``, lower triangle of Z·Zᵀ for Z = [bottom; emb ``[B, F, D]``], zeros)."""
+    _check(bottom, emb)
+    impl = dot_interaction_cuda if is_device_array(emb) else dot_interaction_cpu
+    return impl(bottom, emb, self_interaction, pad_to)
+
+
+def dot_interaction_backward(gy, bottom, emb, self_interaction=False):
+    """Gradients ``([B, D], [B, F, D])`` of bottom and embeddings from the output gradient ``gy [B, W]``."""
+    _check(bottom, emb)
+    impl = dot_interaction_backward_cuda if is_device_array(emb) else dot_interaction_backward_cpu
+    return impl(gy, bottom, emb, self_interaction)
+
+
+class DotInteraction(Function):
+    """Autograd op: ``DotInteraction(self_interaction, pad_to).apply(bottom, emb)``; gradients for both inputs."""
+
+    def __init__(self, self_interaction=False, pad_to=8):
+        self.self_interaction, self.pad_to = bool(self_interaction), int(pad_to)
+
+    def forward(self, bottom, emb):
+        self.bottom, self.emb = bottom, emb
+        return dot_interaction(bottom, emb, self.self_interaction, self.pad_to)
+
+    def backward(self, gy):
+        return dot_interaction_backward(gy, self.bottom, self.emb, self.self_interaction)
