@@ -1,0 +1,242 @@
+"""Fused ReLU + dropout that keeps its mask as bits: ``y = relu(x + bias) * keep / (1 - p)``.
+
+The mask holds one bit per element, set where the element passed both the ReLU (x + bias > 0) and the dropout
+draw, packed row-major into uint32 words: ``words_per_row`` words per row (at least ``ceil(cols / 32)``), bit
+``j % 32`` of word ``j // 32`` for column ``j``, padding bits zero. It takes 1/32 of the memory of a float32
+mask, and it is the layout of cuBLASLt's ReLU bitmask when ``words_per_row`` is a multiple of 4, so the fused MLP
+hands it to the DRELU epilogue as it is.
+
+The dropout draw of element ``(r, c)`` is the Philox stream of (seed, step) at the flat index ``r * cols + c``
+(see philox.py), kept when it is at least ``p * 2**32``: every step can be drawn again, and the CPU and the GPU
+draw the same mask. With ``p = 0``, or outside training, no draw is made and the op is exactly ReLU. With
+``relu=False`` the sign test is skipped and the op is plain dropout.
+
+- ``relu_dropout_ref`` / ``relu_dropout_backward_ref``: the definition, in NumPy;
+- ``relu_dropout_cpu``: numba, parallel over rows, each 32-bit word built in a register;
+- ``relu_dropout_cuda``: one thread per mask word, so each word is written once with no atomics. A warp-ballot
+  kernel (one thread per element, ``ballot_sync`` per 32 columns) would coalesce the loads of x better; it is
+  the next version to try where the benchmark shows this one off its bandwidth floor.
+- the backward ``gx = gy * bit * scale``: numba over rows, and one CUDA thread per element;
+- ``relu_dropout`` / ``relu_dropout_backward``: dispatchers; ``ReLUDropout``: the autograd Function.
+"""
+import numba
+import numpy as np
+from numba import cuda
+
+from gpuemb.autograd.backend import get_array_module, is_device_array
+from gpuemb.autograd.function import Function
+
+from .launch import blocks_for, stream_for
+from .philox import MASK32, SHIFT32, philox4x32_10_cpu, philox4x32_10_device, random_bits_ref, split64
+
+
+def keep_threshold(p):
+    """The draw below which an element is dropped: ``p * 2**32``, as a uint64."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout: p={p} must lie in [0, 1); p = 1 would drop everything and scale by 1/0")
+    return np.uint64(int(p * 2 ** 32))
+
+
+def dropout_scale(p, training):
+    """What kept elements are multiplied by: ``1 / (1 - p)`` in training, 1 outside it."""
+    return 1.0 / (1.0 - p) if training else 1.0
+
+
+def mask_words(cols):
+    """uint32 words per row of a bit mask over ``cols`` columns."""
+    return (cols + 31) // 32
+
+
+def pack_bits_ref(bits, words_per_row=None):
+    """A bool ``[rows, cols]`` array packed into uint32 words, bit ``j % 32`` of word ``j // 32``."""
+    rows, cols = bits.shape
+    words = mask_words(cols) if words_per_row is None else words_per_row
+    padded = np.zeros((rows, words * 32), dtype=bool)
+    padded[:, :cols] = bits
+    return np.packbits(padded, axis=1, bitorder="little").view("<u4").astype(np.uint32)
+
+
+def unpack_bits_ref(mask, cols):
+    """The bool ``[rows, cols]`` array that ``pack_bits_ref`` packed."""
+    return np.unpackbits(mask.astype("<u4").view(np.uint8), axis=1, bitorder="little")[:, :cols].astype(bool)
+
+
+def relu_dropout_ref(x, p, seed=0, step=0, training=True, relu=True, bias=None, words_per_row=None):
+    """``(y, mask)`` for a 2-D x: ``y = relu(x + bias) * keep / (1 - p)`` and its packed keep bits."""
+    z = x if bias is None else x + bias
+    rows, cols = z.shape
+    keep = z > 0 if relu else np.ones(z.shape, dtype=bool)
+    if keep_threshold(p if training else 0.0):
+        draws = random_bits_ref(seed, step, np.arange(rows * cols)).reshape(rows, cols)
+        keep &= draws >= keep_threshold(p)
+    scale = z.dtype.type(dropout_scale(p, training))
+    y = np.where(keep, z * scale, z.dtype.type(0))
+    return y, pack_bits_ref(keep, words_per_row)
+
+
+def relu_dropout_backward_ref(gy, mask, scale):
+    """``gx = gy * bit * scale`` for the mask that the forward returned."""
+    bits = unpack_bits_ref(mask, gy.shape[1])
+    return np.where(bits, gy * gy.dtype.type(scale), gy.dtype.type(0))
+
+
+def _word_builder(philox):
+    """The body shared by the CPU and CUDA kernels, closed over the philox compiled for that device."""
+
+    def build_word(x, bias, out, r, w, s0, s1, t0, t1, thr, scale, relu):
+        # Writes row r, columns [32w, 32w + 32) of out and returns their keep bits. The Philox words of four
+        # consecutive flat indices come from one call, so the last call is kept until the index leaves it.
+        cols = x.shape[1]
+        lo = 32 * w
+        word = np.uint64(0)
+        q_drawn = -1
+        d0 = d1 = d2 = d3 = np.uint64(0)
+        for c in range(lo, min(cols, lo + 32)):
+            v = x[r, c]
+            if bias is not None:
+                v += bias[c]
+            keep = v > 0 or not relu
+            if thr != 0:
+                i = r * cols + c
+                if i >> 2 != q_drawn:
+                    q_drawn = i >> 2
+                    q = np.uint64(q_drawn)
+                    d0, d1, d2, d3 = philox(q & MASK32, q >> SHIFT32, t0, t1, s0, s1)
+                lane = i & 3
+                d = d0 if lane == 0 else d1 if lane == 1 else d2 if lane == 2 else d3
+                keep = keep and d >= thr
+            if keep:
+                out[r, c] = v * scale
+                word |= np.uint64(1) << np.uint64(c - lo)
+            else:
+                out[r, c] = 0
+        return word
+
+    return build_word
+
+
+_build_word_cpu = numba.njit(_word_builder(philox4x32_10_cpu))
+_build_word_device = cuda.jit(device=True)(_word_builder(philox4x32_10_device))
+
+
+def _launch_args(x, p, seed, step, training, bias, out, words_per_row):
+    if x.ndim != 2:
+        raise ValueError(f"relu_dropout: want a 2-D input, got shape {x.shape}")
+    cols = x.shape[1]
+    words = mask_words(cols) if words_per_row is None else int(words_per_row)
+    if words < mask_words(cols):
+        raise ValueError(f"relu_dropout: words_per_row={words} cannot hold {cols} columns; need {mask_words(cols)}")
+    if bias is not None and bias.shape != (cols,):
+        raise ValueError(f"relu_dropout: bias of shape {bias.shape} for {cols} columns")
+    xp = get_array_module(x)
+    out = xp.empty_like(x) if out is None else out
+    mask = xp.empty((x.shape[0], words), dtype=np.uint32)
+    s0, s1 = split64(seed)
+    t0, t1 = split64(step)
+    thr = keep_threshold(p if training else 0.0)
+    scale = x.dtype.type(dropout_scale(p, training))
+    return out, mask, (s0, s1, t0, t1, thr, scale)
+
+
+@numba.njit(parallel=True, cache=True)
+def _relu_dropout_cpu(x, bias, out, mask, s0, s1, t0, t1, thr, scale, relu):
+    for r in numba.prange(x.shape[0]):
+        for w in range(mask.shape[1]):
+            mask[r, w] = _build_word_cpu(x, bias, out, r, w, s0, s1, t0, t1, thr, scale, relu)
+
+
+def relu_dropout_cpu(x, p, seed=0, step=0, training=True, relu=True, bias=None, out=None, words_per_row=None):
+    out, mask, args = _launch_args(x, p, seed, step, training, bias, out, words_per_row)
+    _relu_dropout_cpu(x, bias, out, mask, *args, relu)
+    return out, mask
+
+
+@cuda.jit
+def _relu_dropout_kernel(x, bias, out, mask, s0, s1, t0, t1, thr, scale, relu):
+    k = cuda.grid(1)
+    words = mask.shape[1]
+    if k < x.shape[0] * words:
+        r = k // words
+        w = k - r * words
+        mask[r, w] = _build_word_device(x, bias, out, r, w, s0, s1, t0, t1, thr, scale, relu)
+
+
+def relu_dropout_cuda(x, p, seed=0, step=0, training=True, relu=True, bias=None, out=None, words_per_row=None):
+    out, mask, args = _launch_args(x, p, seed, step, training, bias, out, words_per_row)
+    n = mask.size
+    _relu_dropout_kernel[blocks_for(n), 256, stream_for(x)](x, bias, out, mask, *args, relu)
+    return out, mask
+
+
+def relu_dropout(x, p, seed=0, step=0, training=True, relu=True, bias=None, out=None, words_per_row=None):
+    """``(y, mask)``, ``y = relu(x + bias) * keep / (1 - p)`` for a 2-D x: CUDA for CuPy arrays, numba for NumPy.
+
+    seed, step: the Philox key and the step counter of the draw. out: where to write y (may be x itself).
+    words_per_row: the mask's row stride in uint32 words; at least ceil(cols / 32).
+    """
+    run = relu_dropout_cuda if is_device_array(x) else relu_dropout_cpu
+    return run(x, p, seed, step, training, relu, bias, out, words_per_row)
+
+
+@numba.njit(parallel=True, cache=True)
+def _relu_dropout_backward_cpu(gy, mask, scale, gx):
+    for r in numba.prange(gy.shape[0]):
+        for c in range(gy.shape[1]):
+            if (mask[r, c >> 5] >> (c & 31)) & 1:
+                gx[r, c] = gy[r, c] * scale
+            else:
+                gx[r, c] = 0
+
+
+@cuda.jit(cache=True)
+def _relu_dropout_backward_kernel(gy, mask, scale, gx):
+    k = cuda.grid(1)
+    cols = gy.shape[1]
+    if k < gy.shape[0] * cols:
+        r = k // cols
+        c = k - r * cols
+        if (mask[r, c >> 5] >> (c & 31)) & 1:
+            gx[r, c] = gy[r, c] * scale
+        else:
+            gx[r, c] = 0
+
+
+def _backward_args(gy, mask, scale):
+    if mask.shape[0] != gy.shape[0] or mask.shape[1] < mask_words(gy.shape[1]):
+        raise ValueError(f"relu_dropout_backward: mask of shape {mask.shape} for a gradient of shape {gy.shape}")
+    return get_array_module(gy).empty_like(gy), gy.dtype.type(scale)
+
+
+def relu_dropout_backward_cpu(gy, mask, scale):
+    gx, scale = _backward_args(gy, mask, scale)
+    _relu_dropout_backward_cpu(gy, mask, scale, gx)
+    return gx
+
+
+def relu_dropout_backward_cuda(gy, mask, scale):
+    gx, scale = _backward_args(gy, mask, scale)
+    _relu_dropout_backward_kernel[blocks_for(gy.size), 256, stream_for(gy)](gy, mask, scale, gx)
+    return gx
+
+
+def relu_dropout_backward(gy, mask, scale):
+    """``gx = gy * bit * scale``: the gradient through ``relu_dropout`` given its mask."""
+    run = relu_dropout_backward_cuda if is_device_array(gy) else relu_dropout_backward_cpu
+    return run(gy, mask, scale)
+
+
+class ReLUDropout(Function):
+    """``relu(x) * keep / (1 - p)`` with the mask kept as bits for the backward.
+
+    seed, step: the Philox key and step of the draw; the caller advances step once per training step.
+    """
+
+    def __init__(self, p, seed=0, step=0, training=True, relu=True):
+        self.p, self.seed, self.step, self.training, self.relu = p, seed, step, training, relu
+
+    def forward(self, x):
+        y, self.mask = relu_dropout(x, self.p, self.seed, self.step, self.training, self.relu)
+        return y
+
+    def backward(self, gy):
+        return relu_dropout_backward(gy, self.mask, dropout_scale(self.p, self.training))
