@@ -1,0 +1,202 @@
+"""Fused MLP: linear layers whose bias, ReLU and dropout run in the matmul's epilogue, forward and backward.
+
+Layout: x is ``[B, in]`` row-major, ``W`` is ``[out, in]`` as in ``torch.nn.Linear``, ``y = x @ W.T + b``. cuBLASLt
+is column-major and puts its bias, ReLU bitmask and bias gradient along M, the rows of its result. A row-major
+``[B, out]`` y is a column-major ``[out, B]`` matrix, so the GPU computes ``yᵀ = W @ xᵀ`` with M = out: the
+bias then runs along the output features, one sample's mask bits are one column of the bitmask (our row-major
+mask rows, padded to 4 words), and ``W`` is used as stored, with no copy.
+
+Three steps make a layer's forward and backward; each has a NumPy reference, a CPU version and a GPU version:
+- ``linear_forward``: ``y = act(x @ W.T + b)``, act one of none, ReLU, or ReLU + dropout (relu_dropout.py);
+  CPU: a BLAS matmul, then one numba pass for bias + ReLU + dropout + mask. GPU: the BIAS or RELU_AUX_BIAS
+  epilogue; with dropout, RELU_BIAS and the relu_dropout kernel in place on the result.
+- ``weight_grad``: ``gW = g.T @ x`` and, where no earlier step made it, ``gb = g.sum(0)``. GPU: ``gWᵀ = xᵀ @ g``
+  with the BGRADB epilogue, whose sum over K is the bias gradient.
+- ``input_grad``: ``gx = g @ W``, then, if the layer below has a mask, ``gx * bit * scale`` and its bias gradient.
+  GPU: ``gxᵀ = Wᵀ @ gᵀ`` with DRELU_BGRAD, the mask as the ReLU bitmask and alpha = the dropout scale
+  (OneFlow's fusion: the dropout bits are folded into the ReLU bitmask and the scale into alpha).
+``FusedMLP`` chains them over a stack of layers. It is one Function for the whole stack because DRELU_BGRAD fuses
+layer l-1's activation backward into layer l's input-gradient matmul, across what would be a Function boundary.
+
+The GPU path (the ``*_cuda`` functions, nvmath-python on CuPy arrays) is written against nvmath-python's
+documented API and has NOT yet run on a GPU; its tests are marked ``gpu``. It uses the one-shot ``matmul``, which
+plans on every call; caching ``Matmul`` plans per shape is the next step once it has been measured.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuemb.autograd.backend import get_array_module, is_device_array
+from gpuemb.autograd.function import Function
+
+from .relu_dropout import (dropout_scale, keep_threshold, relu_dropout_backward, relu_dropout_backward_cpu,
+                           relu_dropout_backward_cuda, relu_dropout_backward_ref, relu_dropout_cpu, relu_dropout_cuda,
+                           relu_dropout_ref)
+
+
+# -- reference ------------------------------------------------------------------------------------------------
+def linear_forward_ref(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True):
+    """``(y, mask)``: ``y = x @ W.T + b``, through ReLU + dropout when relu (mask None otherwise)."""
+    z = x @ W.T + b
+    return relu_dropout_ref(z, p, seed, step, training) if relu else (z, None)
+
+
+def weight_grad_ref(g, x, with_bias=True):
+    """``(gW, gb)`` of a layer from the gradient g of its pre-activation; gb is None unless with_bias."""
+    return g.T @ x, g.sum(axis=0) if with_bias else None
+
+
+def _input_grad(g, W, mask, scale, mask_backward):
+    gx = g @ W
+    if mask is None:
+        return gx, None
+    gx = mask_backward(gx, mask, scale)
+    return gx, gx.sum(axis=0)
+
+
+def input_grad_ref(g, W, mask=None, scale=1.0):
+    """``(gx, gb)``: ``gx = g @ W``, masked and scaled by the layer below's mask, whose bias gradient is gb."""
+    return _input_grad(g, W, mask, scale, relu_dropout_backward_ref)
+
+
+# -- CPU: BLAS matmuls, numba epilogues -------------------------------------------------------------------------
+def linear_forward_cpu(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True):
+    z = x @ W.T
+    if not relu:
+        z += b
+        return z, None
+    return relu_dropout_cpu(z, p, seed, step, training, bias=b, out=z)
+
+
+def input_grad_cpu(g, W, mask=None, scale=1.0):
+    return _input_grad(g, W, mask, scale, relu_dropout_backward_cpu)
+
+
+# -- GPU: cuBLASLt epilogues through nvmath-python (unrun on hardware so far) -----------------------------------
+def _nvmath():
+    # Imported here: nvmath-python is part of the gpu extra, and only CuPy arrays ever reach these functions.
+    from nvmath.linalg.advanced import MatmulEpilog, matmul
+    return matmul, MatmulEpilog
+
+
+def cublaslt_mask_words(cols):
+    """Words per mask row in cuBLASLt's ReLU bitmask: its leading dimension is a multiple of 128 bits."""
+    return 4 * ((cols + 127) // 128)
+
+
+def _aux_to_mask(aux):
+    # relu_aux is uint8 [16 * ceil(M / 128), B] column-major: row b of its transpose is sample b's bits.
+    return aux.T.view(np.uint32)
+
+
+def _mask_to_aux(mask):
+    return mask.view(np.uint8).T
+
+
+def linear_forward_cuda(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True):
+    matmul, Epilog = _nvmath()
+    xp = get_array_module(x)
+    if not relu:
+        return xp.ascontiguousarray(matmul(W, x.T, epilog=Epilog.BIAS, epilog_inputs={"bias": b}).T), None
+    if keep_threshold(p if training else 0.0):
+        y = xp.ascontiguousarray(matmul(W, x.T, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": b}).T)
+        return relu_dropout_cuda(y, p, seed, step, training, out=y, words_per_row=cublaslt_mask_words(W.shape[0]))
+    yT, aux = matmul(W, x.T, epilog=Epilog.RELU_AUX_BIAS, epilog_inputs={"bias": b})
+    return xp.ascontiguousarray(yT.T), _aux_to_mask(aux["relu_aux"])
+
+
+def weight_grad_cuda(g, x, with_bias=True):
+    if not with_bias:
+        return g.T @ x, None
+    matmul, Epilog = _nvmath()
+    gWT, aux = matmul(x.T, g, epilog=Epilog.BGRADB)
+    return get_array_module(g).ascontiguousarray(gWT.T), aux["bgradb"]
+
+
+def input_grad_cuda(g, W, mask=None, scale=1.0):
+    if mask is None or W.shape[0] == 1:  # cuBLASLt's DRELU epilogues refuse K = 1
+        return _input_grad(g, W, mask, scale, relu_dropout_backward_cuda)
+    if mask.shape[1] != cublaslt_mask_words(W.shape[1]):
+        raise ValueError(f"input_grad_cuda: a mask of {mask.shape[1]} words per row is not cuBLASLt's layout "
+                         f"for {W.shape[1]} columns ({cublaslt_mask_words(W.shape[1])} words)")
+    matmul, Epilog = _nvmath()
+    gxT, aux = matmul(W.T, g.T, alpha=scale, epilog=Epilog.DRELU_BGRAD, epilog_inputs={"relu_aux": _mask_to_aux(mask)})
+    return get_array_module(g).ascontiguousarray(gxT.T), aux["drelu_bgrad"]
+
+
+# -- dispatchers ------------------------------------------------------------------------------------------------
+def linear_forward(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True):
+    """``(y, mask)`` of one fused layer ``act(x @ W.T + b)``: cuBLASLt epilogues on CuPy, BLAS + numba on NumPy."""
+    if x.ndim != 2 or W.ndim != 2 or x.shape[1] != W.shape[1] or b.shape != (W.shape[0],):
+        raise ValueError(f"linear_forward: want x [B, in], W [out, in], b [out]; got {x.shape}, {W.shape}, {b.shape}")
+    run = linear_forward_cuda if is_device_array(x) else linear_forward_cpu
+    return run(x, W, b, relu, p, seed, step, training)
+
+
+def weight_grad(g, x, with_bias=True):
+    """``(gW, gb)`` from the pre-activation gradient g ``[B, out]`` and the layer input x ``[B, in]``."""
+    return (weight_grad_cuda if is_device_array(g) else weight_grad_ref)(g, x, with_bias)
+
+
+def input_grad(g, W, mask=None, scale=1.0):
+    """``(gx, gb)``: the gradient through W, then through the mask and scale of the layer below, if any."""
+    return (input_grad_cuda if is_device_array(g) else input_grad_cpu)(g, W, mask, scale)
+
+
+# -- autograd ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FusedLayer:
+    """What follows one layer's matmul: ReLU or nothing, dropout probability p (after the ReLU), Philox seed."""
+
+    relu: bool = False
+    p: float = 0.0
+    seed: int = 0
+
+    def validate(self):
+        if self.p and not self.relu:
+            raise ValueError(f"FusedLayer: dropout p={self.p} needs relu=True; the fused layer drops after a ReLU")
+        keep_threshold(self.p)
+        return self
+
+
+class FusedMLP(Function):
+    """A stack of fused layers: ``apply(x, W1, b1, ..., WL, bL)`` runs ``linear_forward`` layer after layer.
+
+    layers: one FusedLayer per (W, b) pair. step: the dropout step counter. training: False turns dropout off.
+    """
+
+    def __init__(self, layers, step=0, training=True):
+        self.layers = tuple(layer.validate() for layer in layers)
+        self.step, self.training = step, training
+
+    def forward(self, x, *params):
+        if len(params) != 2 * len(self.layers):
+            raise ValueError(f"FusedMLP: {len(self.layers)} layers need {2 * len(self.layers)} weights and biases, "
+                             f"got {len(params)}")
+        self.weights, self.layer_inputs, self.masks = params[0::2], [], []
+        for layer, W, b in zip(self.layers, self.weights, params[1::2]):
+            self.layer_inputs.append(x)
+            x, mask = linear_forward(x, W, b, layer.relu, layer.p, layer.seed, self.step, self.training)
+            self.masks.append(mask)
+        return x
+
+    def _scale(self, i):
+        return dropout_scale(self.layers[i].p, self.training)
+
+    def backward(self, gy):
+        n = len(self.layers)
+        g = gy if self.masks[-1] is None else relu_dropout_backward(gy, self.masks[-1], self._scale(n - 1))
+        grads = [None] * (2 * n)
+        gb = None  # the bias gradient of the current layer, where input_grad of the layer above made it
+        for i in reversed(range(n)):
+            gW, gb_here = weight_grad(g, self.layer_inputs[i], with_bias=gb is None)
+            grads[2 * i], grads[2 * i + 1] = gW, gb_here if gb is None else gb
+            if i:
+                g, gb = input_grad(g, self.weights[i], self.masks[i - 1], self._scale(i - 1))
+        gx = input_grad(g, self.weights[0])[0] if self.needs_input_grad[0] else None
+        return (gx, *grads)
+
+
+def fused_linear(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True):
+    """One fused layer ``act(x @ W.T + b)`` on Tensors: a FusedMLP of one layer."""
+    return FusedMLP([FusedLayer(relu, p, seed)], step, training).apply(x, W, b)
