@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from gpuemb.autograd import Tensor
 from gpuemb.autograd.backend import get_array_module
 
-from .config import Settings, check
+from .config import Settings
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,8 @@ class LossScaler:
 
         Keep the loss itself in float32: a float16 loss above 1 times the default 2**16 is already inf.
         """
-        check(isinstance(loss, Tensor), "LossScaler.scale", f"expected a Tensor, got {type(loss).__name__}")
+        if not isinstance(loss, Tensor):
+            raise TypeError(f"LossScaler.scale: expected a Tensor, got {type(loss).__name__}")
         return loss * self.loss_scale
 
     def unscale_arrays_(self, grads):

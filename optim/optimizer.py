@@ -17,8 +17,7 @@ def named_parameters(params, owner):
     """The parameters as an ordered ``{name: Tensor}``, checked: not empty, Tensors only, no repeats."""
     items = list(params.items() if isinstance(params, dict) else params)
     check(items, owner, "got no parameters to optimize")
-    if all(isinstance(p, Tensor) for p in items):
-        items = [(str(i), p) for i, p in enumerate(items)]
+    items = [(str(i), p) if isinstance(p, Tensor) else p for i, p in enumerate(items)]
     named, seen = {}, set()
     for item in items:
         check(isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], Tensor), owner,

@@ -17,9 +17,23 @@ class Schedule(Settings):
         raise NotImplementedError(f"{type(self).__name__} has no __call__")
 
 
-def warmup_factor(step, warmup_steps, start_factor):
-    """The linear warmup multiplier: ``start_factor`` at step 0, reaching 1 at ``warmup_steps``."""
-    return start_factor + (1.0 - start_factor) * step / warmup_steps
+class WarmupSchedule(Schedule):
+    """Linear warmup from ``warmup_start_factor·base_lr`` at step 0 to ``base_lr`` at ``warmup_steps``, then
+    ``after_warmup(step)``. Subclasses declare the fields ``base_lr``, ``warmup_steps``, ``warmup_start_factor``."""
+
+    def validate(self):
+        self.check_real("base_lr")
+        self.check_int("warmup_steps", 0)
+        self.check_real("warmup_start_factor", 0.0, 1.0)
+
+    def __call__(self, step):
+        if step < self.warmup_steps:
+            f = self.warmup_start_factor
+            return self.base_lr * (f + (1.0 - f) * step / self.warmup_steps)
+        return self.after_warmup(step)
+
+    def after_warmup(self, step):
+        raise NotImplementedError(f"{type(self).__name__} has no after_warmup")
 
 
 @dataclass(frozen=True)
@@ -36,7 +50,7 @@ class ConstantLR(Schedule):
 
 
 @dataclass(frozen=True)
-class WarmupPolyDecayLR(Schedule):
+class WarmupPolyDecayLR(WarmupSchedule):
     """The DLRM MLPerf schedule: linear warmup to ``base_lr``, hold until ``decay_start``, then polynomial decay.
 
     The decay is ``end_lr + (base_lr - end_lr)·(1 - (step - decay_start)/decay_steps)**power``; it reaches
@@ -52,18 +66,15 @@ class WarmupPolyDecayLR(Schedule):
     warmup_start_factor: float = 0.0
 
     def validate(self):
-        for field in ("warmup_steps", "decay_start", "decay_steps"):
-            self.check_int(field, 0)
-        self.check_real("base_lr")
+        super().validate()
+        self.check_int("decay_start", 0)
+        self.check_int("decay_steps", 0)
         self.check_real("end_lr")
-        self.check_real("warmup_start_factor", 0.0, 1.0)
         self.check_real("power", above_low=True)
         check(self.decay_start >= self.warmup_steps, type(self).__name__, f"decay_start={self.decay_start} "
               f"comes before the end of warmup ({self.warmup_steps}); start the decay at or after it")
 
-    def __call__(self, step):
-        if step < self.warmup_steps:
-            return self.base_lr * warmup_factor(step, self.warmup_steps, self.warmup_start_factor)
+    def after_warmup(self, step):
         if step < self.decay_start or self.decay_steps == 0:
             return self.base_lr
         left = max(0.0, 1.0 - (step - self.decay_start) / self.decay_steps)
@@ -71,7 +82,7 @@ class WarmupPolyDecayLR(Schedule):
 
 
 @dataclass(frozen=True)
-class CosineLR(Schedule):
+class CosineLR(WarmupSchedule):
     """Optional linear warmup, then a half cosine from ``base_lr`` down to ``min_lr`` at ``total_steps``."""
 
     base_lr: float
@@ -81,15 +92,11 @@ class CosineLR(Schedule):
     warmup_start_factor: float = 0.0
 
     def validate(self):
-        self.check_int("warmup_steps", 0)
+        super().validate()
         self.check_int("total_steps", self.warmup_steps + 1)
-        self.check_real("base_lr")
         self.check_real("min_lr", 0.0, self.base_lr)
-        self.check_real("warmup_start_factor", 0.0, 1.0)
 
-    def __call__(self, step):
-        if step < self.warmup_steps:
-            return self.base_lr * warmup_factor(step, self.warmup_steps, self.warmup_start_factor)
+    def after_warmup(self, step):
         done = min(1.0, (step - self.warmup_steps) / (self.total_steps - self.warmup_steps))
         return self.min_lr + (self.base_lr - self.min_lr) * 0.5 * (1.0 + math.cos(math.pi * done))
 
