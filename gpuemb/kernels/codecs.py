@@ -187,12 +187,10 @@ def _int8_encode_kernel(x, q, scale):
 
 
 @cuda.jit(cache=True)
-def _int8_decode_kernel(q, scale, out):
+def _int8_decode_kernel(q, scale, D, out):
     k = cuda.grid(1)
-    D = q.shape[1]
-    if k < q.shape[0] * D:
-        r = k // D
-        out[r, k - r * D] = q[r, k - r * D] * scale[r]
+    if k < q.size:  # flat views: element k is in row k // D
+        out[k] = q[k] * scale[k // D]
 
 
 def int8_encode_cuda(x):
@@ -203,9 +201,11 @@ def int8_encode_cuda(x):
 
 
 def int8_decode_cuda(q, scale):
-    out = get_array_module(q).empty(q.shape, dtype=np.float32)
-    _int8_decode_kernel[blocks_for(q.size), 256, stream_for(q)](q, scale, out)
-    return out
+    xp = get_array_module(q)
+    out = xp.empty(q.size, dtype=np.float32)
+    _int8_decode_kernel[blocks_for(q.size), 256, stream_for(q)](xp.ascontiguousarray(q).reshape(-1), scale,
+                                                                q.shape[1], out)
+    return out.reshape(q.shape)
 
 
 def int8_encode(x):
