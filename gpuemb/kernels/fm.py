@@ -1,0 +1,151 @@
+"""DeepFM's factorization-machine interaction: the sum of all pairwise products of a sample's embeddings.
+
+For ``emb [B, F, D]``: ``y = 0.5 · ((Σ_f e_f)² − Σ_f e_f²)``, the identity that turns the O(F²) sum of pairs
+``Σ_{f<g} e_f ⊙ e_g`` into O(F). ``reduce=True`` sums over D into ``[B, 1]`` (the FM logit); ``reduce=False``
+keeps ``[B, D]``. The backward is ``d y_d / d e_{f,d} = s_d − e_{f,d}`` with ``s = Σ_f e_f``.
+
+- ``*_ref``: NumPy.
+- ``*_cpu``: numba, parallel over samples, one pass over the sample's embeddings per column.
+- ``*_cuda``: one thread per (sample, column) loops over F, so a warp reads neighbouring columns; the backward
+  thread sums its column's s first, then writes the F gradients of that column (the second read hits cache).
+  The ``[B, 1]`` form sums the ``[B, D]`` result with ``xp``: D is small, a second kernel would not pay.
+"""
+import numba
+import numpy as np
+from numba import cuda
+
+from gpuemb.autograd import Function
+from gpuemb.autograd.backend import get_array_module, is_device_array
+
+from .launch import blocks_for, stream_for
+
+
+def fm_ref(emb, reduce=True):
+    """``[B, 1]`` (reduce) or ``[B, D]``: ``0.5 · ((Σ_f e_f)² − Σ_f e_f²)`` for ``emb [B, F, D]``."""
+    s = emb.sum(axis=1)
+    y = 0.5 * (s * s - (emb * emb).sum(axis=1))
+    return y.sum(axis=1, keepdims=True) if reduce else y
+
+
+def fm_backward_ref(gy, emb):
+    """``[B, F, D]`` gradient of emb from ``gy`` ``[B, 1]`` or ``[B, D]``."""
+    return gy[:, None, :] * (emb.sum(axis=1, keepdims=True) - emb)
+
+
+@numba.njit(parallel=True, cache=True)
+def _fm_cpu(emb, zero, out):
+    B, F, D = emb.shape
+    reduce = out.shape[1] == 1 and D > 1
+    for b in numba.prange(B):
+        total = zero
+        for d in range(D):
+            s, q = zero, zero
+            for f in range(F):
+                v = emb[b, f, d]
+                s += v
+                q += v * v
+            y = s * s - q  # halved on the store: exact, and keeps the sums in emb's dtype
+            if reduce:
+                total += y
+            else:
+                out[b, d] = y * 0.5
+        if reduce:
+            out[b, 0] = total * 0.5
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def _fm_backward_cpu(gy, emb, zero, out):
+    B, F, D = emb.shape
+    last = gy.shape[1] - 1
+    for b in numba.prange(B):
+        for d in range(D):
+            s = zero
+            for f in range(F):
+                s += emb[b, f, d]
+            g = gy[b, min(d, last)]  # a [B, 1] gradient is the same for every column
+            for f in range(F):
+                out[b, f, d] = g * (s - emb[b, f, d])
+    return out
+
+
+def fm_cpu(emb, reduce=True):
+    out = np.empty((emb.shape[0], 1 if reduce else emb.shape[2]), dtype=emb.dtype)
+    return _fm_cpu(np.ascontiguousarray(emb), emb.dtype.type(0), out)
+
+
+def fm_backward_cpu(gy, emb):
+    return _fm_backward_cpu(np.ascontiguousarray(gy), np.ascontiguousarray(emb), emb.dtype.type(0),
+                            np.empty(emb.shape, dtype=emb.dtype))
+
+
+@cuda.jit(cache=True)
+def _fm_kernel(emb, zero, out):
+    k = cuda.grid(1)
+    F, D = emb.shape[1], emb.shape[2]
+    if k < emb.shape[0] * D:
+        b = k // D
+        d = k - b * D
+        s, q = zero, zero
+        for f in range(F):
+            v = emb[b, f, d]
+            s += v
+            q += v * v
+        out[b, d] = (s * s - q) * 0.5
+
+
+@cuda.jit(cache=True)
+def _fm_backward_kernel(gy, emb, zero, out):
+    k = cuda.grid(1)
+    F, D = emb.shape[1], emb.shape[2]
+    if k < emb.shape[0] * D:
+        b = k // D
+        d = k - b * D
+        s = zero
+        for f in range(F):
+            s += emb[b, f, d]
+        g = gy[b, min(d, gy.shape[1] - 1)]
+        for f in range(F):
+            out[b, f, d] = g * (s - emb[b, f, d])
+
+
+def fm_cuda(emb, reduce=True):
+    B, _, D = emb.shape
+    out = get_array_module(emb).empty((B, D), dtype=emb.dtype)
+    _fm_kernel[blocks_for(B * D), 256, stream_for(emb)](emb, emb.dtype.type(0), out)
+    return out.sum(axis=1, keepdims=True) if reduce else out
+
+
+def fm_backward_cuda(gy, emb):
+    out = get_array_module(emb).empty(emb.shape, dtype=emb.dtype)
+    _fm_backward_kernel[blocks_for(emb.shape[0] * emb.shape[2]), 256, stream_for(emb)](gy, emb, emb.dtype.type(0),
+                                                                                      out)
+    return out
+
+
+def fm(emb, reduce=True):
+    """FM interaction of ``emb [B, F, D]``: ``[B, 1]`` summed over D, or ``[B, D]`` with ``reduce=False``."""
+    if emb.ndim != 3:
+        raise ValueError(f"fm: want embeddings [B, F, D], got shape {emb.shape}")
+    return fm_cuda(emb, reduce) if is_device_array(emb) else fm_cpu(emb, reduce)
+
+
+def fm_backward(gy, emb):
+    """Gradient ``[B, F, D]`` of the embeddings from ``gy`` ``[B, 1]`` or ``[B, D]``."""
+    if gy.ndim != 2 or gy.shape[0] != emb.shape[0] or gy.shape[1] not in (1, emb.shape[2]):
+        raise ValueError(f"fm_backward: gradient of shape {gy.shape} does not fit embeddings of shape {emb.shape}")
+    return fm_backward_cuda(gy, emb) if is_device_array(emb) else fm_backward_cpu(gy, emb)
+
+
+class FMInteraction(Function):
+    """Autograd op: ``FMInteraction(reduce).apply(emb)``."""
+
+    def __init__(self, reduce=True):
+        self.reduce = bool(reduce)
+
+    def forward(self, emb):
+        self.emb = emb
+        return fm(emb, self.reduce)
+
+    def backward(self, gy):
+        return fm_backward(gy, self.emb)
