@@ -107,10 +107,8 @@ def pinned_empty(shape, dtype=numpy.float32):
     """A host array in page-locked memory where there is a GPU, so copies to the device can be asynchronous."""
     if _cupy is None:
         return numpy.empty(shape, dtype=dtype)
-    dtype = numpy.dtype(dtype)
-    count = int(numpy.prod(shape, dtype=numpy.int64))
-    mem = _cupy.cuda.alloc_pinned_memory(max(count * dtype.itemsize, 1))
-    return numpy.frombuffer(mem, dtype=dtype, count=count).reshape(shape)
+    import cupyx  # ships with cupy; imported here so the CPU path never touches it
+    return cupyx.empty_pinned(shape, dtype=dtype)
 
 
 class _NullStream:
