@@ -83,7 +83,7 @@ def relu_dropout_backward_ref(gy, mask, scale):
 def _word_builder(philox):
     """The body shared by the CPU and CUDA kernels, closed over the philox compiled for that device."""
 
-    def build_word(x, bias, out, r, w, s0, s1, t0, t1, thr, scale, relu):
+    def build_word(x, out, r, w, bias, s0, s1, t0, t1, thr, scale, relu):
         # Writes row r, columns [32w, 32w + 32) of out and returns their keep bits. The Philox words of four
         # consecutive flat indices come from one call, so the last call is kept until the index leaves it.
         cols = x.shape[1]
@@ -92,11 +92,9 @@ def _word_builder(philox):
         q_drawn = -1
         d0 = d1 = d2 = d3 = np.uint64(0)
         for c in range(lo, min(cols, lo + 32)):
-            v = x[r, c]
-            if bias is not None:
-                v += bias[c]
+            v = x[r, c] + bias[c]
             keep = v > 0 or not relu
-            if thr != 0:
+            if thr:
                 i = r * cols + c
                 if i >> 2 != q_drawn:
                     q_drawn = i >> 2
@@ -129,42 +127,43 @@ def _launch_args(x, p, seed, step, training, bias, out, words_per_row):
     if bias is not None and bias.shape != (cols,):
         raise ValueError(f"relu_dropout: bias of shape {bias.shape} for {cols} columns")
     xp = get_array_module(x)
+    bias = xp.zeros(cols, dtype=x.dtype) if bias is None else bias  # a numba.cuda launch takes no None argument
     out = xp.empty_like(x) if out is None else out
     mask = xp.empty((x.shape[0], words), dtype=np.uint32)
     s0, s1 = split64(seed)
     t0, t1 = split64(step)
     thr = keep_threshold(p if training else 0.0)
     scale = x.dtype.type(dropout_scale(p, training))
-    return out, mask, (s0, s1, t0, t1, thr, scale)
+    return out, mask, (bias, s0, s1, t0, t1, thr, scale)
 
 
 @numba.njit(parallel=True, cache=True)
-def _relu_dropout_cpu(x, bias, out, mask, s0, s1, t0, t1, thr, scale, relu):
+def _relu_dropout_cpu(x, out, mask, bias, s0, s1, t0, t1, thr, scale, relu):
     for r in numba.prange(x.shape[0]):
         for w in range(mask.shape[1]):
-            mask[r, w] = _build_word_cpu(x, bias, out, r, w, s0, s1, t0, t1, thr, scale, relu)
+            mask[r, w] = _build_word_cpu(x, out, r, w, bias, s0, s1, t0, t1, thr, scale, relu)
 
 
 def relu_dropout_cpu(x, p, seed=0, step=0, training=True, relu=True, bias=None, out=None, words_per_row=None):
     out, mask, args = _launch_args(x, p, seed, step, training, bias, out, words_per_row)
-    _relu_dropout_cpu(x, bias, out, mask, *args, relu)
+    _relu_dropout_cpu(x, out, mask, *args, relu)
     return out, mask
 
 
 @cuda.jit
-def _relu_dropout_kernel(x, bias, out, mask, s0, s1, t0, t1, thr, scale, relu):
+def _relu_dropout_kernel(x, out, mask, bias, s0, s1, t0, t1, thr, scale, relu):
     k = cuda.grid(1)
     words = mask.shape[1]
     if k < x.shape[0] * words:
         r = k // words
         w = k - r * words
-        mask[r, w] = _build_word_device(x, bias, out, r, w, s0, s1, t0, t1, thr, scale, relu)
+        mask[r, w] = _build_word_device(x, out, r, w, bias, s0, s1, t0, t1, thr, scale, relu)
 
 
 def relu_dropout_cuda(x, p, seed=0, step=0, training=True, relu=True, bias=None, out=None, words_per_row=None):
     out, mask, args = _launch_args(x, p, seed, step, training, bias, out, words_per_row)
     n = mask.size
-    _relu_dropout_kernel[blocks_for(n), 256, stream_for(x)](x, bias, out, mask, *args, relu)
+    _relu_dropout_kernel[blocks_for(n), 256, stream_for(x)](x, out, mask, *args, relu)
     return out, mask
 
 
