@@ -184,6 +184,7 @@ class FusedMLP(Function):
         return dropout_scale(self.layers[i].p, self.training)
 
     def backward(self, gy):
+        gy = get_array_module(gy).ascontiguousarray(gy)  # cuBLASLt wants a unit stride; a broadcast gy has none
         n = len(self.layers)
         g = gy if self.masks[-1] is None else relu_dropout_backward(gy, self.masks[-1], self._scale(n - 1))
         grads = [None] * (2 * n)

@@ -169,5 +169,7 @@ def test_stack_on_gpu_matches_cpu(rng):
         y = FusedMLP(layers, step=4).apply(move(x), *tensors)
         y.backward(move(np.ones(y.shape, dtype=np.float32)))
         grads.append([to_host(t.grad) for t in tensors])
+    # A hidden pre-activation within rounding of 0 may flip its ReLU bit between cuBLAS and NumPy and move a whole
+    # row of a weight gradient, so compare in norm rather than element by element.
     for got, want in zip(*grads):
-        np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+        assert np.linalg.norm(got - want) < 1e-3 * np.linalg.norm(want)
