@@ -10,7 +10,7 @@ gradient counts twice. No version builds that dense symmetric matrix except the 
 
 - ``*_ref``: NumPy, the definition.
 - ``*_cpu``: numba, parallel over chunks of samples. The forward computes only the lower triangle with explicit
-  loops over D and writes straight into the padded output; the backward scatters each pair gradient into the two
+  loops over D, four pairs of a row at a time, and writes straight into the padded output; the backward scatters each pair gradient into the two
   rows it touches (dZ_i += g·Z_j, dZ_j += g·Z_i). A NumPy variant (batched ``matmul`` plus a gather) was slower
   on 2 cores at both benchmark shapes (docs/kernels.md), so it is not kept.
 - ``*_cuda``: one block per sample. Z is staged in shared memory a tile of D columns at a time (so D is not
@@ -90,7 +90,7 @@ def _chunks(B):
 
 
 @numba.njit(parallel=True, fastmath=_FAST, cache=True)
-def _forward_cpu(bottom, emb, out, diag, chunk):
+def _forward_cpu(bottom, emb, out, diag, chunk, zero):
     B, F, D = emb.shape
     n = F + 1
     W = out.shape[1]
@@ -105,9 +105,21 @@ def _forward_cpu(bottom, emb, out, diag, chunk):
                     Z[f + 1, d] = emb[b, f, d]
             p = D
             for i in range(1 - diag, n):
-                for j in range(i + diag):
-                    s = Z[i, 0] * Z[j, 0]
-                    for d in range(1, D):
+                j = 0
+                while j + 4 <= i + diag:  # four pairs of row i at once: Z_i is loaded once for four dots
+                    s0, s1, s2, s3 = zero, zero, zero, zero
+                    for d in range(D):
+                        z = Z[i, d]
+                        s0 += z * Z[j, d]
+                        s1 += z * Z[j + 1, d]
+                        s2 += z * Z[j + 2, d]
+                        s3 += z * Z[j + 3, d]
+                    out[b, p], out[b, p + 1], out[b, p + 2], out[b, p + 3] = s0, s1, s2, s3
+                    p += 4
+                    j += 4
+                for j in range(j, i + diag):
+                    s = zero
+                    for d in range(D):
                         s += Z[i, d] * Z[j, d]
                     out[b, p] = s
                     p += 1
@@ -120,7 +132,7 @@ def dot_interaction_cpu(bottom, emb, self_interaction=False, pad_to=8):
     B, F, D = emb.shape
     out = np.empty((B, output_width(F, D, self_interaction, pad_to)), dtype=emb.dtype)
     return _forward_cpu(np.ascontiguousarray(bottom), np.ascontiguousarray(emb), out, int(self_interaction),
-                        _chunks(B))
+                        _chunks(B), emb.dtype.type(0))
 
 
 @numba.njit(parallel=True, fastmath=_FAST, cache=True)
