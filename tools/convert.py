@@ -1,0 +1,97 @@
+"""Convert raw data files to HDF5 shards (layout: gpuemb.io.shards), or write synthetic shards.
+
+    python tools/convert.py criteo day_0.gz day_1.gz --out shards [--split 0.9 0.05 0.05]
+    python tools/convert.py criteo day_0.gz --test day_23.gz --out shards      # split by file
+    python tools/convert.py csv data.csv --label y --dense a b --categorical c d --out shards
+    python tools/convert.py avazu train.csv --out shards --freq-threshold 5
+    python tools/convert.py census census-income.data --out shards
+    python tools/convert.py synthetic --preset small --rows 1000000 --test-rows 100000 --out shards
+
+It prints rows per split, rows/s and the bad lines it skipped (the first few as file:line: reason).
+"""
+import argparse
+import sys
+
+from gpuemb.io.avazu import avazu_schema
+from gpuemb.io.census import census_schema
+from gpuemb.io.convert import ConvertOptions, convert
+from gpuemb.io.criteo import criteo_schema
+from gpuemb.io.csv_reader import csv_schema
+from gpuemb.io.errors import DataError
+from gpuemb.io.reader import ReadOptions
+from gpuemb.io.shards import WriteOptions
+from gpuemb.io.synthetic import PRESETS, write_synthetic
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("format", choices=("criteo", "csv", "avazu", "census", "synthetic"))
+    ap.add_argument("inputs", nargs="*", help="input files (train, or all rows for a ratio split)")
+    ap.add_argument("--out", required=True, help="output folder; shards go to OUT/<split>/part-*.h5")
+    ap.add_argument("--val", nargs="+", default=[], help="files of the val split (split by file)")
+    ap.add_argument("--test", nargs="+", default=[], help="files of the test split (split by file)")
+    ap.add_argument("--split", nargs=3, type=float, default=(1.0, 0.0, 0.0), metavar=("TRAIN", "VAL", "TEST"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--freq-threshold", type=int, default=0)
+    ap.add_argument("--cap", type=int, nargs="+", default=[0], help="one cap for all columns, or one per column")
+    ap.add_argument("--no-log1p", action="store_true", help="keep dense values as they are")
+    ap.add_argument("--strict", action="store_true", help="stop at the first bad line")
+    ap.add_argument("--chunk-rows", type=int, default=16384)
+    ap.add_argument("--rows-per-shard", type=int, default=1 << 21)
+    ap.add_argument("--compression", choices=("gzip",), default=None)
+    csv_ = ap.add_argument_group("csv")
+    csv_.add_argument("--label", nargs="+", default=[])
+    csv_.add_argument("--dense", nargs="+", default=[])
+    csv_.add_argument("--categorical", nargs="+", default=[])
+    csv_.add_argument("--kind", choices=("str", "hex", "int"), default="str")
+    csv_.add_argument("--delimiter", default=",")
+    syn = ap.add_argument_group("synthetic")
+    syn.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    syn.add_argument("--rows", type=int, default=1_000_000)
+    syn.add_argument("--test-rows", type=int, default=100_000)
+    return ap.parse_args(argv)
+
+
+def schema_of(args):
+    if args.format == "criteo":
+        return criteo_schema()
+    if args.format == "avazu":
+        return avazu_schema()
+    if args.format == "census":
+        return census_schema()
+    return csv_schema(args.inputs[0], args.label, args.dense, args.categorical, args.kind,
+                      delimiter=args.delimiter)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    write = WriteOptions(args.chunk_rows, args.rows_per_shard, args.compression)
+    if args.format == "synthetic":
+        rows = {"train": args.rows, "test": args.test_rows} if args.test_rows else {"train": args.rows}
+        for split, (paths, auc) in write_synthetic(PRESETS[args.preset], args.out, rows, write).items():
+            print(f"{split}: {rows[split]} rows in {len(paths)} shards; teacher AUC {auc:.4f}")
+        return 0
+    if not args.inputs:
+        print(f"convert.py: {args.format} needs input files", file=sys.stderr)
+        return 2
+    inputs = args.inputs
+    if args.val or args.test:
+        inputs = {"train": args.inputs, **({"val": args.val} if args.val else {}),
+                  **({"test": args.test} if args.test else {})}
+    options = ConvertOptions(tuple(args.split), args.seed, args.freq_threshold,
+                             args.cap[0] if len(args.cap) == 1 else tuple(args.cap),
+                             ReadOptions(dense_log1p=not args.no_log1p, strict=args.strict), write)
+    try:
+        report = convert(inputs, args.out, schema_of(args), options)
+    except DataError as e:
+        print(f"convert.py: {e}", file=sys.stderr)
+        return 1
+    print(report)
+    for bad in report.parse.first_bad:
+        print(f"  skipped {bad}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
