@@ -1,8 +1,8 @@
 """UCI census-income (KDD), the usual multi-task data set (MMoE): no header, a row id and 42 columns.
 
-The two tasks: marital status `` Never married`` and income over 50K (the last column is `` 50000+.``); label is
-``[N, 2]`` in that order, the order of the columns in the file. Values keep their leading space. The instance weight is a sampling weight, not
-a feature, so it is ignored, and so is the row id.
+The two tasks: marital status `` Never married`` and income over 50K (the last column is `` 50000+.``); label
+is ``[N, 2]`` in that order, the order of the columns in the file. Values keep their leading space. The instance
+weight is a sampling weight, not a feature, so it is ignored, and so is the row id.
 """
 from gpuemb.io.reader import ReadOptions, TextReader
 from gpuemb.io.schema import Schema

@@ -73,5 +73,6 @@ class ParseReport:
         """One line for logs: rows kept, lines skipped by reason, and the first bad line."""
         text = f"{self.rows} rows read, {self.bad} bad lines skipped"
         if self.bad:
-            text += " (" + ", ".join(f"{k}: {n}" for k, n in self.reasons.most_common()) + f"); first: {self.first_bad[0]}"
+            reasons = ", ".join(f"{k}: {n}" for k, n in self.reasons.most_common())
+            text += f" ({reasons})" + (f"; first: {self.first_bad[0]}" if self.first_bad else "")
         return text

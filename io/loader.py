@@ -1,7 +1,8 @@
 """The batch loader: fixed-size batches from shards or the synthetic source, prepared in a background thread.
 
-A source (:class:`~gpuemb.io.shards.ShardSource`, :class:`~gpuemb.io.synthetic.SyntheticSource`) is a list of
-blocks, read whole (for shards a block is one HDF5 chunk, so reads are never h5py fancy indexing). Each epoch
+A source (:class:`~gpuemb.io.shards.ShardSource`, :class:`~gpuemb.io.synthetic.SyntheticSource`, or anything
+with ``n_rows``, ``block_sizes`` and ``read_block(i) -> Batch``) is a list of blocks, each read whole (for
+shards a block is one HDF5 chunk, so reads are never h5py fancy indexing). Each epoch
 has one order of all rows, the same on every rank:
 
 1. the blocks are permuted (seeded by ``(seed, epoch)``) and grouped into windows of ``shuffle_window`` blocks;

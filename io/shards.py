@@ -225,7 +225,6 @@ class ShardSource:
         self.blocks = np.array(blocks, np.int64).reshape(-1, 3)
         self.block_sizes = self.blocks[:, 2] - self.blocks[:, 1]
         self.n_rows = int(self.block_sizes.sum())
-        self.identity = [(i.path, i.n_rows) for i in self.infos]
 
     def read_block(self, i):
         """The rows of block ``i`` as a Batch of fresh arrays."""

@@ -184,7 +184,8 @@ def _generate(first, stream, cards, hot_off, alpha, zipf, decay, perm_a, perm_b,
               label, dense, sparse, logit):
     """Rows ``first..first+n`` of ``stream`` into label/dense/sparse and their teacher logits.
 
-    ``zipf[t]`` holds table t's :func:`zipf_constants`; ``decay`` is 1 / decay_rank (0: off); ``coef`` is (bias, linear coefficient, cross coefficient).
+    ``zipf[t]`` holds table t's :func:`zipf_constants`; ``decay`` is 1 / decay_rank (0: off); ``coef`` is
+    (bias, linear coefficient, cross coefficient).
     """
     n_chunks = (label.size + 255) // 256
     for c in numba.prange(n_chunks):  # scratch vectors once per chunk of rows, not per row
@@ -291,14 +292,10 @@ class SyntheticSource:
         self.teacher = teacher(config)
         self.layout = config.layout()
         self.block_sizes = np.diff(np.r_[np.arange(0, n_rows, block_rows), n_rows]).astype(np.int64)
-        self.identity = [("synthetic", asdict(config), split, n_rows, block_rows)]
 
     def read_block(self, i):
         """Block ``i`` as a Batch."""
         return self.teacher.generate(i * self.block_rows, int(self.block_sizes[i]), SPLITS.index(self.split))[0]
-
-    def close(self):
-        pass
 
 
 def write_synthetic(config, out_dir, rows, options=WriteOptions(), block_rows=1 << 17):
@@ -310,8 +307,7 @@ def write_synthetic(config, out_dir, rows, options=WriteOptions(), block_rows=1 
     out = {}
     for split, n in rows.items():
         logits, labels = [], []
-        # The AUC is only known once the split is written, so it goes into the meta of a second pass's files;
-        # computing it first (logits only, no writes) costs one more generation of the split instead.
+        # Every shard's meta holds the split's AUC, so it is measured first: the split is generated twice.
         for first in range(0, n, block_rows):
             batch, logit = generate(config, first, min(block_rows, n - first), split)
             logits.append(logit)

@@ -120,8 +120,8 @@ def parse_block(buf, starts, ends, delim, roles, kinds, slots, pos_tok, pos_off,
     of its role). A label slot t whose ``pos_off[t, 1] >= 0`` is 1.0 where the field equals
     ``pos_tok[pos_off[t, 0]:pos_off[t, 1]]``, else it is parsed as a number.
 
-    ``reason[i]`` (zeros on entry) gets a code (OK for a good line). Only for a bad line, ``where[i]`` gets the offending field's index and byte range,
-    or for a wrong field count the count found. A trailing carriage return is dropped.
+    ``reason[i]`` (zeros on entry) gets a code (OK for a good line). Only for a bad line, ``where[i]`` gets the
+    offending field's index and byte range, or for a wrong field count the count found. A trailing carriage return is dropped.
     """
     nf = roles.size
     salts = np.empty(nf, np.uint64)

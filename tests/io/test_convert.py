@@ -54,7 +54,8 @@ def test_ratio_split_partitions_the_rows_the_same_way_each_run(data, tmp_path):
     opts = ConvertOptions(split=(0.6, 0.2, 0.2), seed=3)
     report = convert([data / "criteo_sample.tsv"], tmp_path / "a", criteo_schema(), opts)
     again = convert([data / "criteo_sample.tsv"], tmp_path / "b", criteo_schema(), opts)
-    other = convert([data / "criteo_sample.tsv"], tmp_path / "c", criteo_schema(), ConvertOptions(split=(0.6, 0.2, 0.2)))
+    other = convert([data / "criteo_sample.tsv"], tmp_path / "c", criteo_schema(),
+                    ConvertOptions(split=(0.6, 0.2, 0.2)))
     assert sum(report.rows.values()) == 200 and min(report.rows.values()) > 20
     parts = {s: load(p).sparse for s, p in report.paths.items()}
     whole = Batch.concat(list(read_criteo(data / "criteo_sample.tsv"))).sparse
@@ -72,7 +73,8 @@ def test_split_by_file(data, tmp_path):
 
 def test_frequency_threshold_counts_only_train_rows(data, tmp_path):
     opts = ConvertOptions(split=(0.5, 0.5, 0.0), freq_threshold=3)
-    plain = convert([data / "criteo_sample.tsv"], tmp_path / "raw", criteo_schema(), ConvertOptions(split=(0.5, 0.5, 0.0)))
+    plain = convert([data / "criteo_sample.tsv"], tmp_path / "raw", criteo_schema(),
+                    ConvertOptions(split=(0.5, 0.5, 0.0)))
     cut = convert([data / "criteo_sample.tsv"], tmp_path / "cut", criteo_schema(), opts)
     train_raw, val_raw = load(plain.paths["train"]).sparse, load(plain.paths["val"]).sparse
     for c in range(26):

@@ -1,12 +1,13 @@
 """The synthetic generator: determinism, the Zipf shape of ids, and the teacher's AUC."""
-import h5py
 import json
 
+import h5py
 import numpy as np
 import pytest
 
 from gpuemb.io.shards import ShardSource
-from gpuemb.io.synthetic import PRESETS, SyntheticConfig, SyntheticSource, auc, generate, teacher_auc, write_synthetic
+from gpuemb.io.synthetic import (PRESETS, SyntheticConfig, SyntheticSource, auc, generate, teacher_auc,
+                                 write_synthetic)
 
 SMALL = SyntheticConfig(n_dense=3, cardinalities=(1000, 50, 7), seed=5)
 
@@ -40,7 +41,8 @@ def test_reported_teacher_auc_matches_a_pairwise_count():
     n = 3000
     batch, logit = generate(SMALL, 0, n, "test")
     pos, neg = logit[batch.label == 1], logit[batch.label == 0]
-    pairwise = ((pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()) / (pos.size * neg.size)
+    wins = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    pairwise = wins / (pos.size * neg.size)
     assert teacher_auc(SMALL, n) == pytest.approx(pairwise, abs=1e-12)
     assert auc([0.1, 0.4, 0.4, 0.8], [0, 0, 1, 1]) == pytest.approx(0.875)
 
@@ -79,4 +81,5 @@ def test_source_and_shards_hold_the_generated_rows(tmp_path):
     with h5py.File(paths[0]) as f:
         assert json.loads(f.attrs["meta"])["teacher_auc"] == test_auc
     with ShardSource(out["train"][0]) as shards:
-        np.testing.assert_array_equal(shards.read_block(0).dense, generate(SMALL, 0, 1000)[0].dense[:shards.block_sizes[0]])
+        first = shards.block_sizes[0]
+        np.testing.assert_array_equal(shards.read_block(0).dense, generate(SMALL, 0, first)[0].dense)
