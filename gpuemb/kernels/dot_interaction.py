@@ -28,6 +28,7 @@ from numba import cuda
 from gpuemb.autograd import Function
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
+from .chunks import chunk_size
 from .launch import stream_for
 
 MAX_ROWS_CUDA = 128  # n = F + 1 the CUDA kernels take: the shared tile is [128, 33] (17 KiB in float32)
@@ -84,11 +85,6 @@ def dot_interaction_backward_ref(gy, bottom, emb, self_interaction=False):
 
 
 # -- CPU ---------------------------------------------------------------------------------------------------------
-def _chunks(B):
-    """Samples per parallel chunk: a few chunks per thread balances load; scratch is allocated once per chunk."""
-    return max(1, -(-B // (8 * numba.get_num_threads())))
-
-
 @numba.njit(parallel=True, fastmath=_FAST, cache=True)
 def _forward_cpu(bottom, emb, out, diag, chunk, zero):
     B, F, D = emb.shape
@@ -132,7 +128,7 @@ def dot_interaction_cpu(bottom, emb, self_interaction=False, pad_to=8):
     B, F, D = emb.shape
     out = np.empty((B, output_width(F, D, self_interaction, pad_to)), dtype=emb.dtype)
     return _forward_cpu(np.ascontiguousarray(bottom), np.ascontiguousarray(emb), out, int(self_interaction),
-                        _chunks(B), emb.dtype.type(0))
+                        chunk_size(B), emb.dtype.type(0))
 
 
 @numba.njit(parallel=True, fastmath=_FAST, cache=True)
@@ -171,7 +167,7 @@ def dot_interaction_backward_cpu(gy, bottom, emb, self_interaction=False):
     g_bottom = np.empty((B, D), dtype=emb.dtype)
     g_emb = np.empty((B, F, D), dtype=emb.dtype)
     return _backward_cpu(np.ascontiguousarray(gy), np.ascontiguousarray(bottom), np.ascontiguousarray(emb),
-                         g_bottom, g_emb, int(self_interaction), _chunks(B))
+                         g_bottom, g_emb, int(self_interaction), chunk_size(B))
 
 
 # -- CUDA --------------------------------------------------------------------------------------------------------

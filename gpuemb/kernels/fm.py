@@ -5,7 +5,8 @@ For ``emb [B, F, D]``: ``y = 0.5 · ((Σ_f e_f)² − Σ_f e_f²)``, the identit
 keeps ``[B, D]``. The backward is ``d y_d / d e_{f,d} = s_d − e_{f,d}`` with ``s = Σ_f e_f``.
 
 - ``*_ref``: NumPy.
-- ``*_cpu``: numba, parallel over samples, one pass over the sample's embeddings per column.
+- ``*_cpu``: numba, parallel over chunks of samples, column sums kept in a scratch row so the loop over D is
+  contiguous and vectorises.
 - ``*_cuda``: one thread per (sample, column) loops over F, so a warp reads neighbouring columns; the backward
   thread sums its column's s first, then writes the F gradients of that column (the second read hits cache).
   The ``[B, 1]`` form sums the ``[B, D]`` result with ``xp``: D is small, a second kernel would not pay.
@@ -17,6 +18,7 @@ from numba import cuda
 from gpuemb.autograd import Function
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
+from .chunks import chunk_size
 from .launch import blocks_for, stream_for
 
 
@@ -33,50 +35,55 @@ def fm_backward_ref(gy, emb):
 
 
 @numba.njit(parallel=True, cache=True)
-def _fm_cpu(emb, zero, out):
+def _fm_cpu(emb, zero, half, chunk, out):
     B, F, D = emb.shape
-    reduce = out.shape[1] == 1 and D > 1
-    for b in numba.prange(B):
-        total = zero
-        for d in range(D):
-            s, q = zero, zero
-            for f in range(F):
-                v = emb[b, f, d]
-                s += v
-                q += v * v
-            y = s * s - q  # halved on the store: exact, and keeps the sums in emb's dtype
-            if reduce:
-                total += y
+    for c in numba.prange(-(-B // chunk)):
+        s, q = np.empty(D, emb.dtype), np.empty(D, emb.dtype)
+        for b in range(c * chunk, min(B, (c + 1) * chunk)):
+            for d in range(D):
+                s[d], q[d] = zero, zero
+            for f in range(F):  # d innermost: contiguous, so the column sums vectorise
+                for d in range(D):
+                    v = emb[b, f, d]
+                    s[d] += v
+                    q[d] += v * v
+            if out.shape[1] == 1:
+                total = zero
+                for d in range(D):
+                    total += s[d] * s[d] - q[d]
+                out[b, 0] = total * half
             else:
-                out[b, d] = y * 0.5
-        if reduce:
-            out[b, 0] = total * 0.5
+                for d in range(D):
+                    out[b, d] = (s[d] * s[d] - q[d]) * half
     return out
 
 
 @numba.njit(parallel=True, cache=True)
-def _fm_backward_cpu(gy, emb, zero, out):
+def _fm_backward_cpu(gy, emb, zero, chunk, out):
     B, F, D = emb.shape
     last = gy.shape[1] - 1
-    for b in numba.prange(B):
-        for d in range(D):
-            s = zero
+    for c in numba.prange(-(-B // chunk)):
+        s = np.empty(D, emb.dtype)
+        for b in range(c * chunk, min(B, (c + 1) * chunk)):
+            for d in range(D):
+                s[d] = zero
             for f in range(F):
-                s += emb[b, f, d]
-            g = gy[b, min(d, last)]  # a [B, 1] gradient is the same for every column
+                for d in range(D):
+                    s[d] += emb[b, f, d]
             for f in range(F):
-                out[b, f, d] = g * (s - emb[b, f, d])
+                for d in range(D):
+                    out[b, f, d] = gy[b, min(d, last)] * (s[d] - emb[b, f, d])  # a [B, 1] gy: one value per row
     return out
 
 
 def fm_cpu(emb, reduce=True):
     out = np.empty((emb.shape[0], 1 if reduce else emb.shape[2]), dtype=emb.dtype)
-    return _fm_cpu(np.ascontiguousarray(emb), emb.dtype.type(0), out)
+    return _fm_cpu(np.ascontiguousarray(emb), emb.dtype.type(0), emb.dtype.type(0.5), chunk_size(emb.shape[0]), out)
 
 
 def fm_backward_cpu(gy, emb):
     return _fm_backward_cpu(np.ascontiguousarray(gy), np.ascontiguousarray(emb), emb.dtype.type(0),
-                            np.empty(emb.shape, dtype=emb.dtype))
+                            chunk_size(emb.shape[0]), np.empty(emb.shape, dtype=emb.dtype))
 
 
 @cuda.jit(cache=True)
