@@ -10,9 +10,10 @@ gradient counts twice. No version builds that dense symmetric matrix except the 
 
 - ``*_ref``: NumPy, the definition.
 - ``*_cpu``: numba, parallel over chunks of samples. The forward computes only the lower triangle with explicit
-  loops over D, four pairs of a row at a time, and writes straight into the padded output; the backward scatters each pair gradient into the two
-  rows it touches (dZ_i += g·Z_j, dZ_j += g·Z_i). A NumPy variant (batched ``matmul`` plus a gather) was slower
-  on 2 cores at both benchmark shapes (docs/kernels.md), so it is not kept.
+  loops over D, four pairs of a row at a time, and writes straight into the padded output; the backward scatters
+  each pair gradient into the two rows it touches (dZ_i += g·Z_j, dZ_j += g·Z_i). A NumPy variant (batched
+  ``matmul`` plus a gather, the reference's form) was 4 to 8 times slower on 2 cores at both benchmark shapes
+  (docs/kernels.md), so it is not kept.
 - ``*_cuda``: one block per sample. Z is staged in shared memory a tile of D columns at a time (so D is not
   bounded by shared memory); each thread owns some pairs and adds each tile's partial dot into the output.
   The backward gives each thread one (i, d) of dZ, so a warp reads one row of G by broadcast and a row of the
@@ -289,6 +290,10 @@ def dot_interaction(bottom, emb, self_interaction=False, pad_to=8):
 def dot_interaction_backward(gy, bottom, emb, self_interaction=False):
     """Gradients ``([B, D], [B, F, D])`` of bottom and embeddings from the output gradient ``gy [B, W]``."""
     _check(bottom, emb)
+    B, F, D = emb.shape
+    if gy.ndim != 2 or gy.shape[0] != B or gy.shape[1] < D + pair_count(F + 1, self_interaction):
+        raise ValueError(f"dot_interaction_backward: gradient of shape {gy.shape} is narrower than the output "
+                         f"[{B}, >= {D + pair_count(F + 1, self_interaction)}] of embeddings {emb.shape}")
     impl = dot_interaction_backward_cuda if is_device_array(emb) else dot_interaction_backward_cpu
     return impl(gy, bottom, emb, self_interaction)
 

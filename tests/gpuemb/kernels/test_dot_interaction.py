@@ -60,6 +60,8 @@ def test_mismatched_shapes_are_refused(rng):
     bottom, emb = _inputs(rng, 2, 3, 4)
     with pytest.raises(ValueError, match=r"bottom \[B, D\] and embeddings \[B, F, D\]"):
         dot_interaction(bottom[:, :3], emb)
+    with pytest.raises(ValueError, match="narrower than the output"):
+        dot_interaction_backward(np.ones((2, 4 + 5), np.float32), bottom, emb)
 
 
 @pytest.mark.parametrize("diag,pad", [(False, 8), (True, 1)])
