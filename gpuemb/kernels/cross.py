@@ -101,13 +101,22 @@ def combine_backward_cuda(gy, x0, h, b, bias_inside=True):
     return g_x0, g_h
 
 
+def _check_step(x0, h, b, other, name):
+    B, D = x0.shape
+    if other.shape != (B, D) or h.ndim != 2 or h.shape[0] != B or h.shape[1] not in (1, D) or b.shape != (D,):
+        raise ValueError(f"cross {name}: want x0 and {'x_l' if name == 'combine' else 'gy'} [B, D], h [B, D] or "
+                         f"[B, 1] and b [D], got {x0.shape}, {other.shape}, {h.shape} and {b.shape}")
+
+
 def combine(x0, h, b, xl, bias_inside=True):
     """The cross layer's elementwise step, fused: ``x0 ⊙ (h + b) + x_l`` or ``x0 ⊙ h + b + x_l``."""
+    _check_step(x0, h, b, xl, "combine")
     return (combine_cuda if is_device_array(x0) else combine_cpu)(x0, h, b, xl, bias_inside)
 
 
 def combine_backward(gy, x0, h, b, bias_inside=True):
     """``(g_x0, g_h)`` of the elementwise step; ``g_h`` is ``[B, D]`` (sum it over D for a ``[B, 1]`` h)."""
+    _check_step(x0, h, b, gy, "combine_backward")
     return (combine_backward_cuda if is_device_array(x0) else combine_backward_cpu)(gy, x0, h, b, bias_inside)
 
 

@@ -182,6 +182,10 @@ def embedding_bag(table, slots, offsets=None, mode="sum"):
 def embedding_bag_backward(gy, slots, offsets=None, mode="sum"):
     """``(unique_slots [U], summed_row_grads [U, D])`` for the output gradient ``gy``; deterministic, no atomics."""
     _check(slots, offsets, mode)
+    rows = slots.size if offsets is None else offsets.size - 1
+    if gy.ndim != 2 or gy.shape[0] != rows:
+        raise ValueError(f"embedding_bag_backward: gradient of shape {gy.shape}; want [{rows}, D], one row per "
+                         + ("slot" if offsets is None else "bag"))
     impl = embedding_bag_backward_cuda if is_device_array(gy) else embedding_bag_backward_cpu
     return impl(gy, slots, offsets, mode)
 

@@ -70,6 +70,14 @@ def test_wrong_weights_are_refused(rng):
         Cross("diagonal").apply(x0, x0, np.zeros(4), np.zeros(4))
 
 
+def test_mismatched_combine_operands_are_refused(rng):
+    x0, h, b, xl = _operands(rng, 3, 4, 4)
+    with pytest.raises(ValueError, match=r"h \[B, D\] or \[B, 1\]"):
+        combine(x0, h[:, :2], b, xl)
+    with pytest.raises(ValueError, match="want x0 and gy"):
+        combine_backward(xl[:2], x0, h, b)
+
+
 def test_dispatch_on_each_backend(xp, rng):
     x0, h, b, xl = _operands(rng, 10, 12, 12)
     y = combine(*(xp.asarray(a) for a in (x0, h, b, xl)))

@@ -88,6 +88,8 @@ def test_bad_offsets_and_slots_are_refused(rng):
         embedding_bag(table, np.array([0, 5]), np.array([0, 2]))
     with pytest.raises(ValueError, match="mode='max'"):
         embedding_bag(table, slots, offsets, "max")
+    with pytest.raises(ValueError, match="one row per bag"):
+        embedding_bag_backward(np.ones((4, 2), np.float32), slots, offsets)
 
 
 @pytest.mark.parametrize("mode", ["sum", "mean"])
