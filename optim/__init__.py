@@ -1,10 +1,12 @@
-"""gpuemb.optim: update rules, dense optimizers, learning-rate schedules and the loss scaler."""
+"""gpuemb.optim: update rules, dense optimizers, the fused row update of embedding tables, learning-rate schedules
+and the loss scaler."""
 from .adagrad import Adagrad, AdagradRule
 from .adam import Adam, AdamRule, AdamW
 from .config import Settings
 from .ftrl import FtrlRule
 from .loss_scaler import LossScaler, LossScaleSettings
 from .optimizer import Optimizer
+from .rowwise import apply_rows, apply_rows_ref, init_rows, row_layout, row_width
 from .rowwise_adagrad import RowwiseAdagradRule
 from .rule import UpdateRule
 from .schedules import ConstantLR, CosineLR, Schedule, StepLR, WarmupPolyDecayLR, schedule_from_state
@@ -12,6 +14,7 @@ from .sgd import SGD, SGDRule
 
 __all__ = [
     "UpdateRule", "SGDRule", "AdagradRule", "AdamRule", "RowwiseAdagradRule", "FtrlRule",
+    "row_layout", "row_width", "init_rows", "apply_rows", "apply_rows_ref",
     "Optimizer", "SGD", "Adagrad", "Adam", "AdamW",
     "Schedule", "ConstantLR", "WarmupPolyDecayLR", "CosineLR", "StepLR", "schedule_from_state",
     "LossScaler", "LossScaleSettings", "Settings",
