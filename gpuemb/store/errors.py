@@ -1,0 +1,13 @@
+"""What goes wrong in the embedding store. Every message says what was asked, what there is, and what to change."""
+
+
+class StoreError(RuntimeError):
+    """The embedding store cannot do what was asked."""
+
+
+class StoreFullError(StoreError):
+    """An allocation would pass the tier's ``max_rows`` bound; nothing was allocated."""
+
+
+class RowStateError(StoreError):
+    """A row id was freed twice, or was never handed out by this allocator."""
