@@ -1,0 +1,261 @@
+"""Row storage of one tier: device memory, pinned host memory, or an HDF5 file (DESIGN.md, "The embedding store").
+
+Every tier stores rows of ``width`` elements of ``dtype`` (a row is ``[weights | optimizer state]``, laid out by
+the store) in slabs of ``slab_rows`` rows, grown by ``add_slab()``, with one API: ``read(rows)``,
+``write(rows, values)``, ``capacity``, ``nbytes``, ``close()``, and ``bytes_read``/``bytes_written`` counters.
+Rows never written read as zeros. Rows within one ``write`` must be distinct.
+"""
+import os
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+
+from gpuemb.autograd import backend
+from gpuemb.kernels.gather import gather_rows
+
+FORMAT, VERSION = "gpuemb-ssd-tier", 1
+_GROUP_BYTES = 64 << 20  # the SSD tier gathers from at most this many bytes of chunks at a time
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """The rows of a tier: ``width`` elements of ``dtype``, ``slab_rows`` per slab, ``chunk_rows`` per HDF5 chunk."""
+    width: int
+    dtype: str = "float32"
+    slab_rows: int = 1 << 16
+    chunk_rows: int = 256  # SSD only: each touched chunk is read whole; smaller ones read fewer bytes, more calls
+
+    def validate(self):
+        if self.width < 1 or self.slab_rows < 1:
+            raise ValueError(f"TierSpec: width={self.width} and slab_rows={self.slab_rows} must be positive")
+        if self.chunk_rows < 1 or self.slab_rows % self.chunk_rows:
+            raise ValueError(f"TierSpec: chunk_rows={self.chunk_rows} must divide slab_rows={self.slab_rows}; "
+                             "powers of two for both always fit")
+        if np.dtype(self.dtype).kind not in "fiu":
+            raise ValueError(f"TierSpec: dtype={self.dtype!r} is not a numeric dtype; use e.g. float32 or float16")
+        return self
+
+    @property
+    def row_bytes(self):
+        return self.width * np.dtype(self.dtype).itemsize
+
+
+def _gather(table, idx):
+    """``table[idx]`` by the gather kernel, moving rows as unsigned integers: numba's CPU target has no float16."""
+    bits = np.dtype(f"u{table.dtype.itemsize}")
+    return gather_rows(table.view(bits), idx).view(table.dtype)
+
+
+class Tier:
+    """What every tier shares: the spec, the argument checks, and the byte counters."""
+
+    def __init__(self, spec, name):
+        self.spec, self.name = spec.validate(), name
+        self.slab_rows, self.width, self.dtype = spec.slab_rows, spec.width, np.dtype(spec.dtype)
+        self.bytes_read = self.bytes_written = 0
+
+    @property
+    def nbytes(self):
+        return self.capacity * self.spec.row_bytes
+
+    def _check_rows(self, rows, op):
+        if rows.ndim != 1 or rows.dtype.kind not in "iu":
+            raise ValueError(f"{self.name}.{op}: want 1-D integer row ids, got {rows.dtype} of shape {rows.shape}")
+        if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self.capacity):
+            raise IndexError(f"{self.name}.{op}: row ids span [{int(rows.min())}, {int(rows.max())}], outside the "
+                             f"capacity of {self.capacity} rows ({self.capacity // self.slab_rows} slabs of "
+                             f"{self.slab_rows}); take row ids from this tier's SlabAllocator")
+
+    def _check_values(self, values, n, op):
+        if values.shape != (n, self.width) or values.dtype != self.dtype:
+            raise ValueError(f"{self.name}.{op}: want values of shape ({n}, {self.width}) and dtype {self.dtype} "
+                             f"for {n} rows, got {values.shape} {values.dtype}; cast or reshape them first")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class _SlabTier(Tier):
+    """Rows in a list of ``[slab_rows, width]`` arrays; a subclass says where they live."""
+
+    def __init__(self, spec, name):
+        super().__init__(spec, name)
+        self.slabs = []
+
+    @property
+    def capacity(self):
+        return len(self.slabs) * self.slab_rows
+
+    def add_slab(self):
+        """Add ``slab_rows`` zeroed rows."""
+        self.slabs.append(self._new_slab())
+
+    def _by_slab(self, rows):
+        """``(slab, positions in rows, offsets in the slab)`` for each slab that ``rows`` touch."""
+        xp = backend.get_array_module(rows)
+        slab = rows // self.slab_rows
+        order = xp.argsort(slab)
+        ends = np.cumsum(backend.to_host(xp.bincount(slab, minlength=len(self.slabs))))
+        start = 0
+        for s, end in enumerate(ends.tolist()):
+            if end > start:
+                sel = order[start:end]
+                yield s, sel, rows[sel] - s * self.slab_rows
+            start = end
+
+    def read(self, rows, out=None):
+        """Rows ``[n, width]``, into ``out`` when given (e.g. a pinned staging buffer)."""
+        rows = self._index(rows)
+        self._check_rows(rows, "read")
+        n = rows.shape[0]
+        if out is None:
+            out = self._empty((n, self.width))
+        self._check_values(out, n, "read(out=)")
+        for s, sel, off in self._by_slab(rows):
+            out[sel] = _gather(self.slabs[s], off)
+        self.bytes_read += n * self.spec.row_bytes
+        return out
+
+    def write(self, rows, values):
+        """Store ``values[i]`` as row ``rows[i]``."""
+        rows = self._index(rows)
+        self._check_rows(rows, "write")
+        self._check_values(values, rows.shape[0], "write")
+        values = self._values(values)
+        for s, sel, off in self._by_slab(rows):
+            self.slabs[s][off] = values[sel]
+        self.bytes_written += rows.shape[0] * self.spec.row_bytes
+
+    def close(self):
+        self.slabs = []
+
+
+class DeviceTier(_SlabTier):
+    """Rows in slabs of the backend's arrays: CuPy on a GPU, NumPy on the CPU."""
+
+    def __init__(self, spec):
+        super().__init__(spec, "DeviceTier")
+
+    def _new_slab(self):
+        return backend.xp.zeros((self.slab_rows, self.width), self.dtype)
+
+    def _empty(self, shape):
+        return backend.xp.empty(shape, self.dtype)
+
+    def _index(self, rows):
+        return backend.to_device(rows)
+
+    def _values(self, values):
+        return backend.to_device(values)
+
+
+class HostTier(_SlabTier):
+    """Rows in slabs of pinned host memory, so copies up to the device can be asynchronous; NumPy on the CPU."""
+
+    def __init__(self, spec):
+        super().__init__(spec, "HostTier")
+
+    def _new_slab(self):
+        slab = backend.pinned_empty((self.slab_rows, self.width), self.dtype)
+        slab.fill(0)
+        return slab
+
+    def _empty(self, shape):
+        return np.empty(shape, self.dtype)
+
+    def _index(self, rows):
+        return backend.to_host(rows)
+
+    def _values(self, values):
+        return backend.to_host(values)
+
+
+class SsdTier(Tier):
+    """Rows in one chunked, resizable HDF5 dataset ``rows [capacity, width]`` at ``path``, created afresh.
+
+    Reads and writes move whole chunks (``read_direct_chunk``/``write_direct_chunk``) and gather or scatter in
+    NumPy: h5py's fancy indexing was about 30 times slower (DESIGN.md), and a chunk-aligned ``read_direct`` cost
+    about 100 us a call against 7 us for the raw chunk. Raw chunk I/O needs every chunk to exist and no filter,
+    so chunks are allocated when a slab is added and the dataset is not compressed. A write reads each touched
+    chunk, changes its rows, and writes it back.
+    """
+
+    def __init__(self, path, spec):
+        super().__init__(spec, f"SsdTier({os.fspath(path)})")
+        self.path = os.fspath(path)
+        try:
+            self.file = h5py.File(self.path, "w")
+        except OSError as e:
+            raise OSError(f"SsdTier: cannot create the HDF5 file {self.path} ({e}); "
+                          "pass a path in a writable folder that exists") from None
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        self.ds = self.file.create_dataset("rows", shape=(0, spec.width), maxshape=(None, spec.width),
+                                           dtype=self.dtype, chunks=(spec.chunk_rows, spec.width), dcpl=dcpl)
+        a = self.file.attrs
+        a["format"], a["version"], a["slab_rows"], a["chunk_rows"] = FORMAT, VERSION, spec.slab_rows, spec.chunk_rows
+
+    @property
+    def capacity(self):
+        return self.ds.shape[0]
+
+    @property
+    def chunk_bytes(self):
+        return self.spec.chunk_rows * self.spec.row_bytes
+
+    def add_slab(self):
+        """Grow the dataset by ``slab_rows`` zeroed rows."""
+        self.ds.resize(self.capacity + self.slab_rows, axis=0)
+
+    def _groups(self, rows):
+        """``(touched chunk ids, positions in rows, rows of the chunks' buffer)`` per group of touched chunks."""
+        cr = self.spec.chunk_rows
+        touched, inv = np.unique(rows // cr, return_inverse=True)
+        order = np.argsort(inv, kind="stable")
+        per = max(1, _GROUP_BYTES // self.chunk_bytes)
+        starts = np.arange(0, touched.size, per)
+        ends = np.searchsorted(inv[order], np.append(starts, touched.size))
+        for g, g0 in enumerate(starts.tolist()):
+            sel = order[ends[g]:ends[g + 1]]
+            yield touched[g0:g0 + per].tolist(), sel, (inv[sel] - g0) * cr + rows[sel] % cr
+
+    def _read_chunks(self, chunks):
+        cr = self.spec.chunk_rows
+        buf = np.empty((len(chunks) * cr, self.width), self.dtype)
+        for j, c in enumerate(chunks):
+            self.ds.id.read_direct_chunk((c * cr, 0), out=buf[j * cr:(j + 1) * cr].reshape(-1).view(np.uint8))
+        self.bytes_read += buf.nbytes
+        return buf
+
+    def read(self, rows, out=None):
+        """Rows ``[n, width]`` as NumPy, into ``out`` when given."""
+        rows = backend.to_host(rows)
+        self._check_rows(rows, "read")
+        if out is None:
+            out = np.empty((rows.shape[0], self.width), self.dtype)
+        self._check_values(out, rows.shape[0], "read(out=)")
+        for chunks, sel, local in self._groups(rows):
+            out[sel] = _gather(self._read_chunks(chunks), local)
+        return out
+
+    def write(self, rows, values):
+        """Store ``values[i]`` as row ``rows[i]``: read, change and write back each touched chunk once."""
+        rows, values = backend.to_host(rows), backend.to_host(values)
+        self._check_rows(rows, "write")
+        self._check_values(values, rows.shape[0], "write")
+        cr = self.spec.chunk_rows
+        for chunks, sel, local in self._groups(rows):
+            buf = self._read_chunks(chunks)
+            buf[local] = values[sel]
+            for j, c in enumerate(chunks):
+                self.ds.id.write_direct_chunk((c * cr, 0), buf[j * cr:(j + 1) * cr])
+            self.bytes_written += buf.nbytes
+
+    def close(self):
+        """Flush and close the file; it stays on disk, readable by plain h5py."""
+        if self.file.id.valid:
+            self.file.close()
