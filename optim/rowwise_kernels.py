@@ -21,6 +21,7 @@ import numpy as np
 from numba import cuda
 
 from gpuemb.autograd import backend
+from gpuemb.autograd.launch import blocks_for, stream_for
 
 from .adagrad import AdagradRule
 from .adam import AdamRule
@@ -152,12 +153,6 @@ def _update_elements_kernel(rows, steps, has_steps, slots, grads, kind, h, lr):
         _update_element_gpu(rows, r, d, D, grads[i, d], kind, h, lr, c1, c2)
 
 
-def _launch(array, n):
-    """Grid, block and stream for ``n`` threads: CuPy's current stream for device arrays, else the default."""
-    stream = cuda.external_stream(backend.current_stream().ptr) if backend.is_device_array(array) else 0
-    return max(1, -(-n // THREADS)), THREADS, stream
-
-
 def apply_rows_cuda(rows, steps, slots, grads, rule, lr):
     """The fused update with numba.cuda, in place (CuPy storage, or NumPy in the simulator)."""
     xp = backend.get_array_module(rows)
@@ -167,6 +162,7 @@ def apply_rows_cuda(rows, steps, slots, grads, rule, lr):
     steps = steps if has_steps else xp.zeros(1, np.int32)  # a kernel argument is never None
     n = slots.shape[0]
     if has_steps or kind == ROWWISE_ADAGRAD:
-        _begin_rows_kernel[_launch(rows, n)](rows, steps, has_steps, slots, grads, kind, h)
-    _update_elements_kernel[_launch(rows, n * grads.shape[1])](rows, steps, has_steps, slots, grads, kind, h,
-                                                               float(lr))
+        grid = blocks_for(n, THREADS), THREADS, stream_for(rows)
+        _begin_rows_kernel[grid](rows, steps, has_steps, slots, grads, kind, h)
+    grid = blocks_for(n * grads.shape[1], THREADS), THREADS, stream_for(rows)
+    _update_elements_kernel[grid](rows, steps, has_steps, slots, grads, kind, h, float(lr))

@@ -16,7 +16,7 @@ from numba import cuda
 
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
-from .launch import blocks_for, stream_for
+from gpuemb.autograd.launch import blocks_for, stream_for
 
 CODECS = ("fp32", "fp16", "bf16", "int8")
 _ROW_THREADS = 128  # the int8 kernel's block: one row, its absmax reduced in shared memory

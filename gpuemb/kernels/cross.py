@@ -20,7 +20,7 @@ from numba import cuda
 from gpuemb.autograd import Function
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
-from .launch import blocks_for, stream_for
+from gpuemb.autograd.launch import blocks_for, stream_for
 
 FORMS = {"vector": 1, "matrix": 1, "lowrank": 2}  # form: how many weight matrices it takes
 

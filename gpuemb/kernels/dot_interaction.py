@@ -30,7 +30,7 @@ from gpuemb.autograd import Function
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
 from .chunks import chunk_size
-from .launch import stream_for
+from gpuemb.autograd.launch import stream_for
 
 MAX_ROWS_CUDA = 128  # n = F + 1 the CUDA kernels take: the shared tile is [128, 33] (17 KiB in float32)
 TILE_D = 32

@@ -26,7 +26,7 @@ from gpuemb.autograd import Function
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
 from .gather import gather_rows_cpu, gather_rows_cuda
-from .launch import blocks_for, stream_for
+from gpuemb.autograd.launch import blocks_for, stream_for
 
 MODES = ("sum", "mean")
 

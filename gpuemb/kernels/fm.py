@@ -19,7 +19,7 @@ from gpuemb.autograd import Function
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
 from .chunks import chunk_size
-from .launch import blocks_for, stream_for
+from gpuemb.autograd.launch import blocks_for, stream_for
 
 
 def fm_ref(emb, reduce=True):

@@ -15,7 +15,7 @@ from numba import cuda
 
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
-from .launch import blocks_for, stream_for
+from gpuemb.autograd.launch import blocks_for, stream_for
 
 
 def gather_rows_ref(table, idx):

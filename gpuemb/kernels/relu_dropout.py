@@ -26,7 +26,7 @@ from numba import cuda
 from gpuemb.autograd.backend import get_array_module, is_device_array
 from gpuemb.autograd.function import Function
 
-from .launch import blocks_for, stream_for
+from gpuemb.autograd.launch import blocks_for, stream_for
 from .philox import MASK32, SHIFT32, philox4x32_10_cpu, philox4x32_10_device, random_bits_ref, split64
 
 

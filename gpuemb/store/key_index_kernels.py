@@ -20,7 +20,7 @@ import numpy as np
 from numba import cuda
 
 from gpuemb.autograd.backend import get_array_module
-from gpuemb.kernels.launch import blocks_for, stream_for
+from gpuemb.autograd.launch import blocks_for, stream_for
 
 EMPTY = np.int64(-(1 << 63))
 TOMB = np.int64(-(1 << 63) + 1)

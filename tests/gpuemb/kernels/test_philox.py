@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from gpuemb.kernels.launch import blocks_for
+from gpuemb.autograd.launch import blocks_for
 from gpuemb.kernels.philox import philox4x32_10, philox4x32_10_cpu, philox4x32_10_device, random_bits_ref
 
 # Random123's kat_vectors for philox4x32 with 10 rounds: counter, key, output.

@@ -1,7 +1,10 @@
-"""What every numba.cuda kernel launch here needs: a grid size and the stream that CuPy is using."""
+"""What every numba.cuda kernel launch needs: a grid size and the stream that CuPy is using.
+
+It sits beside the backend, below every package that launches kernels (optim, gpuemb.kernels, gpuemb.store).
+"""
 from numba import cuda
 
-from gpuemb.autograd import backend
+from . import backend
 
 
 def blocks_for(n, threads=256):
