@@ -1,0 +1,143 @@
+"""What an embedding table is and where it lives, as data: ``Initializer``, ``StoreOptions``, ``TableConfig``.
+
+Each is a frozen dataclass that checks itself when made, so a bad setting fails at construction with a message
+that names the field and what to use instead. ``TableConfig.to_dict()``/``from_dict()`` round-trip through plain
+Python values, which is how snapshots record a table.
+"""
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuemb import optim
+from gpuemb.optim.rule import UpdateRule
+
+INIT_KINDS = ("uniform", "normal", "truncated_normal", "zeros")
+PLACEMENTS = ("device", "host", "ssd")
+POLICIES = ("lru", "lfu")
+RULES = ("SGDRule", "AdagradRule", "RowwiseAdagradRule", "AdamRule", "FtrlRule")
+
+
+def _fail(owner, message):
+    raise ValueError(f"{owner}: {message}")
+
+
+def _check_rows(owner, name, value, low, allow_none=False):
+    if value is None and allow_none:
+        return
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+        _fail(owner, f"{name}={value!r}; use an int >= {low}" + (" or None" if allow_none else ""))
+
+
+@dataclass(frozen=True)
+class Initializer:
+    """How a new key's weights are drawn: from (``seed``, key, column) only, whatever order keys arrive in.
+
+    ``scale`` is the uniform bound or the normal std (the truncated normal is cut at 2 std); None means
+    ``1/sqrt(dim)``.
+    """
+    kind: str = "uniform"
+    scale: float = None
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.kind not in INIT_KINDS:
+            _fail("Initializer", f"kind={self.kind!r}; use one of {', '.join(INIT_KINDS)}")
+        if self.scale is not None and not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale)
+                                           and self.scale >= 0):
+            _fail("Initializer", f"scale={self.scale!r}; use a finite number >= 0, or None for 1/sqrt(dim)")
+        _check_rows("Initializer", "seed", self.seed, 0)
+        if self.seed >= 2 ** 64:
+            _fail("Initializer", f"seed={self.seed} does not fit in 64 bits; use a seed below 2**64")
+
+    def scale_for(self, dim):
+        return 1.0 / math.sqrt(dim) if self.scale is None else float(self.scale)
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """Where rows live and how they are cached.
+
+    ``placement``: the home tier holding every row (device, host, or ssd at ``ssd_path``). ``cache_rows``: a
+    device cache over a host or ssd home; ``host_cache_rows``: a host cache between it and an ssd home.
+    ``policy``: what a full cache evicts. ``max_rows``: a bound on the table's keys; past it the least recently
+    used keys are dropped instead of failing (device placement). ``slab_rows``/``chunk_rows``: the tiers' growth
+    step and the SSD's chunk (see ``TierSpec``).
+    """
+    placement: str = "device"
+    cache_rows: int = 0
+    host_cache_rows: int = 0
+    ssd_path: str = None
+    policy: str = "lru"
+    max_rows: int = None
+    slab_rows: int = 1 << 16
+    chunk_rows: int = 256
+
+    def __post_init__(self):
+        owner = "StoreOptions"
+        if self.placement not in PLACEMENTS:
+            _fail(owner, f"placement={self.placement!r}; use one of {', '.join(PLACEMENTS)}")
+        if self.policy not in POLICIES:
+            _fail(owner, f"policy={self.policy!r}; use one of {', '.join(POLICIES)}")
+        for name in ("cache_rows", "host_cache_rows"):
+            _check_rows(owner, name, getattr(self, name), 0)
+        _check_rows(owner, "max_rows", self.max_rows, 1, allow_none=True)
+        _check_rows(owner, "slab_rows", self.slab_rows, 1)
+        _check_rows(owner, "chunk_rows", self.chunk_rows, 1)
+        if self.slab_rows % self.chunk_rows:
+            _fail(owner, f"chunk_rows={self.chunk_rows} must divide slab_rows={self.slab_rows}; powers of two fit")
+        if self.placement == "device" and (self.cache_rows or self.host_cache_rows):
+            _fail(owner, "cache_rows and host_cache_rows cache a host or ssd placement; with placement='device' "
+                  "set them to 0, or choose placement='host' or 'ssd'")
+        if self.placement != "device" and self.cache_rows < 1:
+            _fail(owner, f"placement={self.placement!r} computes on device rows: set cache_rows >= 1 (at least "
+                  "the unique keys of one batch)")
+        if self.host_cache_rows and self.placement != "ssd":
+            _fail(owner, "host_cache_rows caches an ssd placement; set it to 0 or choose placement='ssd'")
+        if (self.placement == "ssd") != (self.ssd_path is not None):
+            _fail(owner, "ssd_path is the file of placement='ssd' and only of it; "
+                  + ("give an ssd_path" if self.placement == "ssd" else "drop ssd_path or set placement='ssd'"))
+        if self.max_rows is not None and self.placement != "device":
+            _fail(owner, "max_rows bounds a device placement; a host or ssd home grows, so drop max_rows")
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """One embedding table: its name, row width ``dim``, dtype, initializer, row update rule, lr and options."""
+    name: str
+    dim: int
+    dtype: str = "float32"
+    initializer: Initializer = field(default_factory=Initializer)
+    rule: UpdateRule = field(default_factory=optim.SGDRule)
+    lr: float = 0.01
+    options: StoreOptions = field(default_factory=StoreOptions)
+
+    def __post_init__(self):
+        owner = f"TableConfig({self.name!r})"
+        if not isinstance(self.name, str) or not self.name:
+            _fail("TableConfig", f"name={self.name!r}; give the table a non-empty string name")
+        _check_rows(owner, "dim", self.dim, 1)
+        if np.dtype(self.dtype).kind != "f":
+            _fail(owner, f"dtype={self.dtype!r}; use a float dtype such as float32")
+        if type(self.rule).__name__ not in RULES:
+            _fail(owner, f"rule={type(self.rule).__name__}; use one of {', '.join(RULES)} (they have fused kernels)")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr >= 0):
+            _fail(owner, f"lr={self.lr!r}; use a finite number >= 0")
+
+    def to_dict(self):
+        """Plain Python values: what a snapshot stores."""
+        return {"name": self.name, "dim": self.dim, "dtype": self.dtype, "lr": self.lr,
+                "initializer": dataclasses.asdict(self.initializer), "rule": self.rule.state_dict(),
+                "options": dataclasses.asdict(self.options)}
+
+    @classmethod
+    def from_dict(cls, d):
+        """The config that ``to_dict()`` described."""
+        rule = dict(d["rule"])
+        kind = rule.pop("type")
+        if kind not in RULES:
+            _fail("TableConfig.from_dict", f"rule type {kind!r} is not one of {', '.join(RULES)}")
+        return cls(name=d["name"], dim=int(d["dim"]), dtype=d["dtype"], lr=float(d["lr"]),
+                   initializer=Initializer(**d["initializer"]), rule=getattr(optim, kind)(**rule),
+                   options=StoreOptions(**d["options"]))
