@@ -63,7 +63,7 @@ class StoreOptions:
     device cache over a host or ssd home; ``host_cache_rows``: a host cache between it and an ssd home.
     ``policy``: what a full cache evicts. ``max_rows``: a bound on the table's keys; past it the least recently
     used keys are dropped instead of failing (device placement). ``slab_rows``/``chunk_rows``: the tiers' growth
-    step and the SSD's chunk (see ``TierSpec``).
+    step and the SSD's chunk, which must divide it (see ``TierSpec``).
     """
     placement: str = "device"
     cache_rows: int = 0
@@ -85,7 +85,7 @@ class StoreOptions:
         _check_rows(owner, "max_rows", self.max_rows, 1, allow_none=True)
         _check_rows(owner, "slab_rows", self.slab_rows, 1)
         _check_rows(owner, "chunk_rows", self.chunk_rows, 1)
-        if self.slab_rows % self.chunk_rows:
+        if self.placement == "ssd" and self.slab_rows % self.chunk_rows:
             _fail(owner, f"chunk_rows={self.chunk_rows} must divide slab_rows={self.slab_rows}; powers of two fit")
         if self.placement == "device" and (self.cache_rows or self.host_cache_rows):
             _fail(owner, "cache_rows and host_cache_rows cache a host or ssd placement; with placement='device' "

@@ -33,7 +33,7 @@ def test_initializer_scale_defaults_to_one_over_sqrt_dim():
     (lambda: StoreOptions(placement="host", cache_rows=8, host_cache_rows=8), "choose placement='ssd'"),
     (lambda: StoreOptions(placement="host", cache_rows=8, max_rows=100), "drop max_rows"),
     (lambda: StoreOptions(max_rows=0), "max_rows=0"),
-    (lambda: StoreOptions(slab_rows=100, chunk_rows=64), "must divide slab_rows=100"),
+    (lambda: StoreOptions("ssd", 8, ssd_path="x.h5", slab_rows=100, chunk_rows=64), "must divide slab_rows=100"),
     (lambda: TableConfig("", 4), "non-empty"),
     (lambda: TableConfig("t", 0), "dim=0"),
     (lambda: TableConfig("t", 4, dtype="int32"), "float dtype"),

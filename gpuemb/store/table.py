@@ -1,0 +1,165 @@
+"""EmbeddingTable: int64 feature IDs in, differentiable rows out, rows updated in place by the table's own rule.
+
+A lookup takes the batch's unique keys, makes sure their rows are in the top level's device rows (inserting new
+keys with rows from the initializer, or bringing them up through the caches), gathers their weights ``[U, D]``
+and runs ``EmbeddingBagFunction`` on them with each key's position among the unique keys as its slot. So the
+backward's deterministic sort-based sum hands ``(unique positions, summed_row_grads)`` to ``_update``, which reads
+those full rows, runs the fused ``apply_rows`` with the table's rule and lr, and writes them back. Nothing
+table-sized is ever built, and the result does not depend on where the rows live: a tiered table trains bit for
+bit like a device one.
+
+Levels (``cache.RowLevel``), top first: placement ``device`` is one level (bounded by ``max_rows``, dropping
+least-used keys past it); ``host``/``ssd`` are a device cache of ``cache_rows`` over the home tier, with an
+optional host cache of ``host_cache_rows`` over an ssd home.
+"""
+import dataclasses
+from collections import deque
+
+import numpy as np
+
+from gpuemb.autograd import Tensor, backend, is_grad_enabled
+from gpuemb.autograd.backend import to_host
+from gpuemb.kernels.embedding_bag import EmbeddingBagFunction, embedding_bag
+from gpuemb.optim import apply_rows, init_rows, row_width
+
+from .cache import RowLevel
+from .init import initial_weights
+from .tiers import DeviceTier, HostTier, SsdTier, TierSpec
+
+
+def _levels(config, new_rows):
+    """The table's levels, top first."""
+    o = config.options
+    chunk_rows = o.chunk_rows if o.placement == "ssd" else 1  # only the SSD tier moves chunks
+    spec = TierSpec(row_width(config.rule, config.dim), config.dtype, o.slab_rows, chunk_rows)
+
+    def cache(tier_type, rows, below, what):
+        tier = tier_type(dataclasses.replace(spec, slab_rows=min(o.slab_rows, rows), chunk_rows=1))
+        return RowLevel(tier, rows, o.policy, below, what=what)
+
+    if o.placement == "device":
+        return [RowLevel(DeviceTier(spec), o.max_rows, o.policy, new_rows=new_rows)]
+    home = RowLevel(HostTier(spec) if o.placement == "host" else SsdTier(o.ssd_path, spec), new_rows=new_rows)
+    levels = [home]
+    if o.host_cache_rows:
+        levels.insert(0, cache(HostTier, o.host_cache_rows, home, "host_cache_rows"))
+    levels.insert(0, cache(DeviceTier, o.cache_rows, levels[0], "cache_rows"))
+    return levels
+
+
+class EmbeddingTable:
+    """One embedding table of ``config`` (a ``TableConfig``); see the module docstring."""
+
+    def __init__(self, config):
+        self.config = config
+        self.dim, self.rule, self.lr = config.dim, config.rule, config.lr
+        self.levels = _levels(config, self._new_rows)
+        self.top, self.home = self.levels[0], self.levels[-1]
+        self._prefetched = deque()  # pinned slots of prefetched batches, oldest first
+        self._dirty = []  # arrays of keys updated since clear_dirty()
+
+    def _new_rows(self, keys):
+        w = initial_weights(self.config.initializer, keys, self.dim, self.config.dtype)
+        return init_rows(self.rule, w), np.zeros(keys.shape[0], np.int32)
+
+    def __len__(self):
+        return len(self.home)
+
+    def prefetch(self, keys):
+        """Bring the rows of an upcoming batch's ``keys`` into the device rows and pin them until that batch's
+        update (the next ``lookup`` takes over the pins of the oldest prefetch)."""
+        self._prefetched.append(self.top.acquire(np.unique(to_host(keys).astype(np.int64))))
+
+    def lookup(self, keys, offsets=None, mode=None):
+        """Rows of ``keys [N]`` (int64): ``[N, D]``, or with CSR ``offsets [B+1]`` pooled per bag by ``mode``
+        ("sum" or "mean"), ``[B, D]``. Differentiable: its backward updates the rows in place."""
+        if (offsets is None) != (mode is None):
+            raise ValueError(f"{self.config.name}.lookup: pooling needs both offsets [B+1] and mode ('sum' or "
+                             f"'mean'); got offsets={'None' if offsets is None else 'given'} and mode={mode!r}")
+        unique, inverse = np.unique(to_host(keys).astype(np.int64).ravel(), return_inverse=True)
+        slots = self.top.acquire(unique)
+        if self._prefetched:
+            self.top.unpin(self._prefetched.popleft())
+        rows = self.top.tier.read(slots)
+        weights = backend.xp.ascontiguousarray(rows[:, :self.dim])
+        inverse = backend.to_device(inverse.astype(np.int64))
+        offsets = None if offsets is None else backend.to_device(np.asarray(to_host(offsets), np.int64))
+        if not is_grad_enabled():
+            self.top.unpin(slots)
+            return Tensor(embedding_bag(weights, inverse, offsets, mode or "sum"))
+        fn = EmbeddingBagFunction(inverse, offsets, mode or "sum", lambda u, g: self._update(unique, slots, u, g))
+        return fn.apply(Tensor(weights, requires_grad=True))
+
+    def _update(self, keys, slots, positions, grads):
+        """The fused row update of the rows at ``positions`` among the batch's unique ``keys``, then unpin."""
+        positions = to_host(positions)
+        s = slots[positions]
+        rows = self.top.tier.read(s)
+        xp = backend.get_array_module(rows)
+        steps = xp.asarray(self.top.steps[s])
+        apply_rows(rows, steps, xp.arange(s.size), grads, self.rule, self.lr)
+        self.top.tier.write(s, rows)
+        self.top.steps[s] = to_host(steps)
+        self.top.dirty[s] = True
+        self._dirty.append(keys[positions])
+        self.top.unpin(slots)
+
+    # -- the interface of snapshots ------------------------------------------------------------------------------
+    def dirty_keys(self):
+        """The keys updated since the last ``clear_dirty()``, sorted, each once."""
+        self._dirty = [np.unique(np.concatenate(self._dirty))] if self._dirty else []
+        return self._dirty[0] if self._dirty else np.zeros(0, np.int64)
+
+    def clear_dirty(self):
+        self._dirty = []
+
+    def export(self, keys=None, chunk=1 << 16):
+        """``(keys [n], rows [n, width], steps [n])`` NumPy chunks of every row, or of ``keys`` that are present
+        (e.g. ``dirty_keys()``); writes the caches' dirty rows home first."""
+        self.top.flush()
+        if keys is None:
+            pairs = (pair for pair in self.home.index.items(chunk))
+        else:
+            keys = np.asarray(keys, np.int64)
+            pairs = ((keys[i:i + chunk], self.home.locate(keys[i:i + chunk])) for i in range(0, keys.size, chunk))
+        for k, s in pairs:
+            k, s = to_host(k), to_host(s)
+            k, s = k[s >= 0], s[s >= 0]
+            if k.size:
+                yield k, to_host(self.home.tier.read(s)), self.home.steps[s].copy()
+
+    def keys(self, chunk=1 << 16):
+        """Every key, in chunks."""
+        for k, _ in self.home.index.items(chunk):
+            yield to_host(k)
+
+    def import_rows(self, keys, rows, steps):
+        """Set the full rows ``[n, width]`` and update counts ``[n]`` of ``keys`` (inserting absent ones)."""
+        keys = np.asarray(to_host(keys), np.int64)
+        for level in self.levels[:-1]:
+            level.drop(keys)  # the cached copies are older than what is imported
+        self.home.put(keys, backend.to_device(rows) if isinstance(self.home.tier, DeviceTier) else to_host(rows),
+                      np.asarray(to_host(steps), np.int32))
+
+    def stats(self):
+        """Rows, bytes and per-level traffic; ``overhead_bytes_per_key`` counts everything but the rows."""
+        home, spec = self.home, self.home.tier.spec
+        n = max(len(home), 1)
+        out = {"keys": len(home), "row_bytes": spec.row_bytes,
+               "index_bytes": home.index.nbytes, "allocator_bytes": home.alloc.stats().overhead_bytes,
+               "index_allocator_bytes_per_key": (home.index.nbytes + home.alloc.stats().overhead_bytes) / n,
+               "overhead_bytes_per_key": sum(level.overhead_bytes for level in self.levels) / n, "levels": []}
+        for level in self.levels:
+            seen = level.hits + level.misses
+            out["levels"].append({
+                "tier": type(level.tier).__name__, "rows": len(level), "bound": level.bound,
+                "bytes": level.tier.nbytes, "hit_rate": level.hits / seen if seen else None, "hits": level.hits,
+                "misses": level.misses, "evictions": level.evictions, "bytes_read": level.tier.bytes_read,
+                "bytes_written": level.tier.bytes_written})
+        return out
+
+    def close(self):
+        """Close the tiers (an ssd home's file stays on disk)."""
+        for level in self.levels:
+            level.tier.close()
+
