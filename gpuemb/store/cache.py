@@ -145,7 +145,9 @@ class RowLevel:
         slots = self.locate(keys)
         miss = slots < 0
         if miss.any():
+            self.policy.pin(slots[~miss])  # making room must not evict the rows being overwritten
             slots[miss] = self._insert(keys[miss])
+            self.policy.unpin(slots[~miss])
         self.tier.write(slots, rows)
         self.steps[slots] = steps
         self.dirty[slots] = True
