@@ -1,0 +1,76 @@
+"""EmbeddingCollection: the embeddings of F sparse features as one layer, ``[B, F, D]`` out.
+
+Either each feature has its own table, or several features share one table (one key space, one cache, one
+snapshot): a feature's keys are then mixed with its index by a bijective 64-bit hash (splitmix64's finaliser over
+``key + f·golden``), so within a feature no two keys meet and across features a collision has odds of about
+2**-64 per pair. A shared table serves a whole batch in one lookup.
+
+The rows are updated by the tables themselves in the backward, so the collection has no dense parameters.
+"""
+import numpy as np
+
+from gpuemb.autograd import concat
+from gpuemb.autograd.backend import to_host
+from gpuemb.nn.module import Module
+
+from .table import EmbeddingTable
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def feature_keys(keys, feature):
+    """``keys`` (int64) of feature ``feature`` moved into its own part of a shared key space."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(keys, np.int64).view(np.uint64) + np.uint64(feature + 1) * _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return (z ^ (z >> np.uint64(31))).view(np.int64)
+
+
+class EmbeddingCollection(Module):
+    """F features over ``configs``: one ``TableConfig`` per feature, or one config and ``n_features`` to share it.
+
+    ``forward(sparse)``: ``sparse [B, F]`` int64, one key per feature, or a list of F ``(keys, offsets)`` multi-hot
+    bags pooled by ``mode``; either way ``[B, F, D]``.
+    """
+
+    def __init__(self, configs, n_features=None, mode="sum"):
+        configs = list(configs) if isinstance(configs, (list, tuple)) else [configs]
+        self.shared = n_features is not None
+        if self.shared and len(configs) != 1:
+            raise ValueError(f"EmbeddingCollection: a shared table takes one config, got {len(configs)}; pass one "
+                             "TableConfig with n_features, or a list of configs without it")
+        dims = {c.dim for c in configs}
+        if len(dims) != 1:
+            raise ValueError(f"EmbeddingCollection: tables of dims {sorted(dims)} cannot stack into [B, F, D]; "
+                             "give every table the same dim")
+        self.tables = [EmbeddingTable(c) for c in configs]
+        self.n_features = n_features if self.shared else len(configs)
+        self.dim, self.mode = dims.pop(), mode
+
+    def forward(self, sparse):
+        if isinstance(sparse, (list, tuple)):
+            return self._pooled(sparse)
+        sparse = np.asarray(to_host(sparse), np.int64)
+        B, F = sparse.shape
+        if F != self.n_features:
+            raise ValueError(f"EmbeddingCollection: sparse is [B, F] = {sparse.shape}, this collection has "
+                             f"{self.n_features} features")
+        if self.shared:
+            mixed = np.stack([feature_keys(sparse[:, f], f) for f in range(F)], axis=1)
+            return self.tables[0].lookup(mixed.reshape(-1)).reshape(B, F, self.dim)
+        return concat([t.lookup(sparse[:, f]).reshape(B, 1, self.dim) for f, t in enumerate(self.tables)], axis=1)
+
+    def _pooled(self, bags):
+        if len(bags) != self.n_features:
+            raise ValueError(f"EmbeddingCollection: {len(bags)} (keys, offsets) pairs for {self.n_features} features")
+        bags = [(np.asarray(to_host(k), np.int64), np.asarray(to_host(o), np.int64)) for k, o in bags]
+        B = bags[0][1].size - 1
+        if self.shared:  # bags in feature-major order, one lookup: [F·B, D] -> [B, F, D]
+            keys = np.concatenate([feature_keys(k, f) for f, (k, _) in enumerate(bags)])
+            starts = np.cumsum([0] + [k.size for k, _ in bags[:-1]])
+            offsets = np.concatenate([o[:-1] + s for (_, o), s in zip(bags, starts)] + [[keys.size]])
+            y = self.tables[0].lookup(keys, offsets, self.mode)
+            return y.reshape(self.n_features, B, self.dim).transpose(1, 0, 2)
+        return concat([t.lookup(k, o, self.mode).reshape(B, 1, self.dim)
+                       for t, (k, o) in zip(self.tables, bags)], axis=1)
