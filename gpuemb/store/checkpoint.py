@@ -1,0 +1,93 @@
+"""Saving live tables to snapshots and restoring them: the glue between ``EmbeddingTable`` and ``snapshot``.
+
+``tables`` is one ``EmbeddingTable``, a mapping of names to tables, or a list of tables (an
+``EmbeddingCollection``'s ``tables``) named by their configs. A restore reads and checks every snapshot of the
+chain before it imports a row, so a corrupt file or a config that does not match leaves the tables as they were.
+"""
+import json
+import os
+from collections.abc import Mapping
+
+from gpuemb.optim import row_layout
+
+from .snapshot import SnapshotChain, SnapshotError, TableSnapshot, _json, write_snapshot
+from .table import EmbeddingTable
+
+
+def _named(tables):
+    if isinstance(tables, EmbeddingTable):
+        return {tables.config.name: tables}
+    if isinstance(tables, Mapping):
+        return dict(tables)
+    named = {t.config.name: t for t in tables}
+    if len(named) != len(tables):
+        raise ValueError(f"tables named {[t.config.name for t in tables]}: a snapshot holds each name once; pass "
+                         "a mapping of distinct names to tables")
+    return named
+
+
+def _fields(d, prefix=""):
+    """``{"options.cache_rows": value, ...}``: a nested config dict flattened to dotted field names."""
+    out = {}
+    for k, v in d.items():
+        out.update(_fields(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+    return out
+
+
+def _check_config(name, part, table):
+    """Raise a SnapshotError naming each field where a snapshot's config differs from the live table's."""
+    # Where the rows live is not what they are: a table may come back on another placement, cache or ssd_path.
+    live = _fields(json.loads(_json(table.config.to_dict(), f"table {name!r}: config")))
+    saved = _fields(part.config)
+    diff = [f"{f} is {saved.get(f)!r} there and {live.get(f)!r} here" for f in sorted(saved.keys() | live.keys())
+            if not f.startswith("options.") and saved.get(f) != live.get(f)]
+    if diff:
+        raise SnapshotError(f"{part.path}: table {name!r} was saved with another config: {'; '.join(diff)}; "
+                            "build the table with the config it was saved with")
+
+
+def save_snapshot(tables, path, incremental=False, base=None, meta=None):
+    """Write every row of ``tables`` to ``path`` (or, ``incremental`` on snapshot ``base``, the rows updated since
+    the last save), then forget their dirty keys; returns the new snapshot's id, the ``base`` of the next one."""
+    tables = _named(tables)
+    if incremental:
+        bounded = [name for name, t in tables.items() if t.config.options.max_rows is not None]
+        if bounded:  # an incremental has no way to say a key was dropped, so a restore would bring it back
+            raise ValueError(f"save_snapshot({path}): tables {bounded} drop keys past max_rows, which an "
+                             "incremental snapshot cannot record; write a full snapshot of them")
+    snaps = {name: TableSnapshot.from_chunks(t.config.to_dict(), row_layout(t.rule, t.dim),
+                                             t.export(t.dirty_keys() if incremental else None))
+             for name, t in tables.items()}
+    snapshot_id = write_snapshot(path, snaps, incremental, base, meta)
+    for t in tables.values():
+        t.clear_dirty()
+    return snapshot_id
+
+
+def load_snapshot(tables, paths):
+    """Restore fresh (empty) ``tables`` from ``paths``: a full snapshot, then its incrementals in order.
+
+    Returns the chain's latest id, the ``base`` of the next incremental. Raises SnapshotError, having changed
+    nothing, when a file is corrupt or does not fit the chain, or a table is missing or configured otherwise.
+    """
+    tables, paths = _named(tables), [os.fspath(p) for p in paths]
+    chain = SnapshotChain(paths)
+    for name, t in tables.items():
+        if len(t):
+            raise ValueError(f"load_snapshot: table {name!r} already holds {len(t)} keys, which the snapshot "
+                             "would not replace; restore into a freshly built table")
+        if name not in chain.tables:
+            raise SnapshotError(f"load_snapshot: {paths} hold no table {name!r}, only "
+                                f"{sorted(chain.tables)}; pass the snapshots this table was saved to")
+        for part in chain.tables[name].parts:
+            _check_config(name, part, t)
+    staged = {name: chain.tables[name].load_all() for name in tables}  # every checksum, before any import
+    for name, s in staged.items():
+        bound = tables[name].config.options.max_rows
+        if bound is not None and s.keys.size > bound:
+            raise ValueError(f"load_snapshot: table {name!r} has {s.keys.size} keys in the snapshot, more than its "
+                             f"max_rows={bound}; raise max_rows to at least {s.keys.size}")
+    for name, s in staged.items():
+        if s.keys.size:
+            tables[name].import_rows(s.keys, s.rows, s.steps)
+    return chain.id
