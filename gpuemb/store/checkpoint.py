@@ -2,7 +2,8 @@
 
 ``tables`` is one ``EmbeddingTable``, a mapping of names to tables, or a list of tables (an
 ``EmbeddingCollection``'s ``tables``) named by their configs. A restore reads and checks every snapshot of the
-chain before it imports a row, so a corrupt file or a config that does not match leaves the tables as they were.
+chain before it imports a row, so a corrupt file or a config that does not match leaves the tables as they were;
+it holds one chunk at a time (plus an incremental chain's newer keys), so a table larger than memory restores.
 """
 import json
 import os
@@ -81,13 +82,16 @@ def load_snapshot(tables, paths):
                                 f"{sorted(chain.tables)}; pass the snapshots this table was saved to")
         for part in chain.tables[name].parts:
             _check_config(name, part, t)
-    staged = {name: chain.tables[name].load_all() for name in tables}  # every checksum, before any import
-    for name, s in staged.items():
+    # Every chunk's checksums are checked in a first pass that keeps nothing, so a corrupt file changes no table
+    # and a table larger than memory restores a chunk at a time; the second pass imports.
+    counts = {name: sum(k.size for k, _, _ in chain.tables[name].chunks()) for name in tables}
+    for name, n in counts.items():
         bound = tables[name].config.options.max_rows
-        if bound is not None and s.keys.size > bound:
-            raise ValueError(f"load_snapshot: table {name!r} has {s.keys.size} keys in the snapshot, more than its "
-                             f"max_rows={bound}; raise max_rows to at least {s.keys.size}")
-    for name, s in staged.items():
-        if s.keys.size:
-            tables[name].import_rows(s.keys, s.rows, s.steps)
+        if bound is not None and n > bound:
+            raise ValueError(f"load_snapshot: table {name!r} has {n} keys in the snapshot, more than its "
+                             f"max_rows={bound}; raise max_rows to at least {n}")
+    for name in tables:
+        for keys, rows, steps in chain.tables[name].chunks():
+            if keys.size:
+                tables[name].import_rows(keys, rows, steps)
     return chain.id

@@ -104,3 +104,30 @@ def test_a_bounded_table_takes_only_full_snapshots_that_fit(rng, tmp_path):
     with pytest.raises(ValueError, match="64 keys in the snapshot, more than its max_rows=32"):
         load_snapshot(small.tables, [tmp_path / "s0.h5"])
     assert [len(t) for t in small.tables] == [0, 0]
+
+
+def test_a_restore_holds_one_chunk_at_a_time(rng, tmp_path, monkeypatch):
+    """A table larger than memory restores: rows go in a stored chunk at a time, never staged whole."""
+    import functools
+
+    from gpuemb.store import checkpoint, snapshot
+
+    monkeypatch.setattr(checkpoint, "write_snapshot", functools.partial(snapshot.write_snapshot, chunk_rows=16))
+    first = model(DEVICE)
+    train(first, stream(rng, 6), rng.standard_normal((F * D, 1)).astype(np.float32))
+    save_snapshot(first.tables, tmp_path / "s0.h5")
+
+    def refuse(self):
+        raise AssertionError("load_snapshot staged a whole table")
+
+    monkeypatch.setattr(snapshot._Rows, "load_all", refuse)
+    fresh = model(DEVICE)
+    sizes = []
+    for t in fresh.tables:
+        real = t.import_rows
+        monkeypatch.setattr(t, "import_rows", lambda k, r, s, real=real: (sizes.append(k.size), real(k, r, s)))
+    load_snapshot(fresh.tables, [tmp_path / "s0.h5"])
+    assert max(sizes) <= 16 and sum(sizes) == sum(len(t) for t in first.tables) > 100
+    for a, b in zip(first.tables, fresh.tables):
+        for want, got in zip(exported(a), exported(b)):
+            np.testing.assert_array_equal(got, want)
