@@ -1,0 +1,132 @@
+"""What every model shares: hyperparameters checked against its defaults, seeds, its embedding collections,
+the dense input, and ``forward = head(dense, *embed(sparse))``.
+
+The split lets a float64 gradient check run ``head`` on leaf tensors standing in for the embeddings, without
+the store. The models' own files hold only their ``__init__`` and ``head``.
+"""
+import dataclasses
+import os
+from types import SimpleNamespace
+
+import numpy as np
+
+from gpuemb.autograd import Tensor
+from gpuemb.autograd.backend import to_device
+from gpuemb.nn import Module
+from gpuemb.store.collection import EmbeddingCollection
+from gpuemb.store.options import Initializer, TableConfig
+
+
+def linear_config(cfg):
+    """The dim-1 first-order table of ``cfg``: ``<name>_linear``, zero rows, the same rule, lr and tiers.
+
+    Zeros, as for the weights of a logistic regression: F features of uniform(-1, 1) weights would start the
+    logits far from 0. An ssd home gets its own file, ``.linear`` before the suffix.
+    """
+    options = cfg.options
+    if options.ssd_path is not None:
+        root, ext = os.path.splitext(options.ssd_path)
+        options = dataclasses.replace(options, ssd_path=f"{root}.linear{ext}")
+    return dataclasses.replace(cfg, name=cfg.name + "_linear", dim=1, options=options,
+                               initializer=Initializer("zeros", seed=cfg.initializer.seed))
+
+
+class RecModel(Module):
+    """A recommendation model over ``n_dense`` dense features and the sparse features of ``tables``.
+
+    tables: a list of ``TableConfig``, one per sparse feature, or one ``TableConfig`` with ``n_features=F`` in
+    the hyperparameters (one table shared by the F features). seed: every dense initialisation and dropout
+    stream derives from it. Subclasses set ``defaults`` (their hyperparameters), ``first_order`` (True builds
+    ``linear_embeddings``, the dim-1 weights per key) and write ``head``.
+    """
+
+    defaults = {}
+    first_order = False
+    n_tasks = 1
+
+    def __init__(self, n_dense, tables, seed=0, **hyper):
+        name = type(self).__name__
+        n_features = hyper.pop("n_features", None)
+        unknown = sorted(set(hyper) - set(self.defaults))
+        if unknown:
+            valid = ", ".join(sorted([*self.defaults, "n_features"]))
+            raise TypeError(f"{name}: unknown hyperparameter(s) {', '.join(unknown)}; valid ones are {valid}")
+        if not isinstance(n_dense, (int, np.integer)) or isinstance(n_dense, bool) or n_dense < 0:
+            raise ValueError(f"{name}: n_dense={n_dense!r}; use an int >= 0 (the dense features per sample)")
+        configs = self._configs(tables, n_features)
+        self.hyper = {**self.defaults, **hyper, "n_features": n_features}
+        self.n_dense = int(n_dense)
+        self._seeds = np.random.SeedSequence(seed)
+        self.embeddings = EmbeddingCollection(configs, n_features)
+        if self.first_order:
+            self.linear_embeddings = EmbeddingCollection([linear_config(c) for c in configs], n_features)
+
+    def _configs(self, tables, n_features):
+        name = type(self).__name__
+        if isinstance(tables, TableConfig):
+            if n_features is None:
+                raise ValueError(f"{name}: one TableConfig is a table shared by several features: pass "
+                                 "n_features=F, or a list of TableConfigs, one per feature")
+            return [tables]
+        tables = list(tables)
+        if not tables or not all(isinstance(t, TableConfig) for t in tables):
+            raise ValueError(f"{name}: tables must be a non-empty list of TableConfig, one per sparse feature")
+        if n_features is not None:
+            raise ValueError(f"{name}: n_features={n_features} shares one table; with a list of "
+                             f"{len(tables)} TableConfigs drop n_features (each feature has its table)")
+        names = [t.name for t in tables]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"{name}: table names {repeated} are repeated; a checkpoint keys tables by name, "
+                             "so give each its own")
+        return tables
+
+    # -- helpers for subclasses ---------------------------------------------------------------------------------
+    def settings(self):
+        """The hyperparameters as attributes: ``self.settings().top``."""
+        return SimpleNamespace(**self.hyper)
+
+    def next_seed(self):
+        """A fresh child seed of the model's seed, for the next layer built."""
+        return int(self._seeds.spawn(1)[0].generate_state(1, np.uint64)[0])
+
+    def fail(self, key, value, want):
+        raise ValueError(f"{type(self).__name__}: {key}={value!r}; {want}")
+
+    def sizes(self, key, allow_empty=True):
+        """Hyperparameter ``key`` as a tuple of layer widths, checked."""
+        value = self.hyper[key]
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                                                       and v >= 1 for v in value)
+        if not ok or (not value and not allow_empty):
+            self.fail(key, value, "use a " + ("" if allow_empty else "non-empty ")
+                      + "tuple of layer widths, each an int >= 1")
+        return tuple(int(v) for v in value)
+
+    def probability(self, key):
+        value = self.hyper[key]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+            self.fail(key, value, "use a dropout probability in [0, 1)")
+        return float(value)
+
+    def dense_input(self, dense, batch):
+        """``dense`` as a ``[batch, n_dense]`` Tensor: arrays are moved to the device as float32."""
+        x = dense if isinstance(dense, Tensor) else Tensor(to_device(dense, np.float32))
+        if x.ndim != 2 or x.shape != (batch, self.n_dense):
+            raise ValueError(f"{type(self).__name__}: dense has shape {x.shape}; want [B, n_dense] = "
+                             f"[{batch}, {self.n_dense}] (B from the sparse features)")
+        return x
+
+    # -- the model ----------------------------------------------------------------------------------------------
+    def embed(self, sparse):
+        """The embeddings ``[B, F, D]``, then (``first_order`` models) the first-order weights ``[B, F, 1]``."""
+        if self.first_order:
+            return self.embeddings(sparse), self.linear_embeddings(sparse)
+        return (self.embeddings(sparse),)
+
+    def head(self, dense, *embedded):
+        raise NotImplementedError(f"{type(self).__name__} has no head")
+
+    def forward(self, dense, sparse):
+        """Logits: ``[B]``, or ``[B, n_tasks]`` for a multi-task model."""
+        return self.head(dense, *self.embed(sparse))

@@ -1,0 +1,115 @@
+"""The models' interface: build by name, shapes, seeds, table configs, and errors that name what was wrong."""
+import numpy as np
+import pytest
+
+from gpuemb.autograd import no_grad
+from gpuemb.models import MODELS, build
+from gpuemb.store.collection import EmbeddingCollection
+from gpuemb.store.options import StoreOptions
+
+N_DENSE, F, D, B = 4, 5, 8, 6
+
+
+def batch(rng, n_dense=N_DENSE):
+    return rng.standard_normal((B, n_dense)).astype(np.float32), rng.integers(0, 50, (B, F))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_logits_per_task(name, make_tables, rng):
+    model = build(name, N_DENSE, make_tables(F, D))
+    y = model(*batch(rng))
+    assert y.shape == ((B,) if model.n_tasks == 1 else (B, model.n_tasks))
+    assert y.requires_grad and np.all(np.isfinite(y.numpy())) and np.std(y.numpy()) > 0
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_one_shared_table(name, make_tables, rng):
+    model = build(name, N_DENSE, make_tables(1, D)[0], n_features=F)
+    dense, sparse = batch(rng)
+    with no_grad():
+        assert model(dense, sparse).shape[0] == B
+    assert len(model.embeddings.tables) == 1 and model.embeddings.n_features == F
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_same_seed_same_model_bit_for_bit(name, make_tables, rng):
+    a, b, c = (build(name, N_DENSE, make_tables(F, D), seed=s) for s in (7, 7, 8))
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert sa.keys() == sb.keys() == sc.keys() and sa
+    for key in sa:
+        np.testing.assert_array_equal(sa[key], sb[key])
+    assert all(not np.array_equal(sa[key], sc[key]) for key in sa if np.any(sa[key]))
+    dense, sparse = batch(rng)
+    np.testing.assert_array_equal(a(dense, sparse).numpy(), b(dense, sparse).numpy())
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_table_names_are_distinct_across_collections(name, make_tables):
+    model = build(name, N_DENSE, make_tables(F, D))
+    names = [t.config.name for m in model.modules() if isinstance(m, EmbeddingCollection) for t in m.tables]
+    assert len(names) == len(set(names)) == F * (2 if model.first_order else 1)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_unknown_hyperparameter_names_the_model_and_the_valid_ones(name, make_tables):
+    with pytest.raises(TypeError, match=rf"{type(build(name, N_DENSE, make_tables(F, D))).__name__}: unknown "
+                                        r"hyperparameter\(s\) widht; valid ones are .*n_features"):
+        build(name, N_DENSE, make_tables(F, D), widht=3)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_bad_dense_and_sparse_shapes(name, make_tables, rng):
+    model = build(name, N_DENSE, make_tables(F, D))
+    dense, sparse = batch(rng)
+    with pytest.raises(ValueError, match=r"dense has shape \(6, 3\); want \[B, n_dense\] = \[6, 4\]"):
+        model(dense[:, :3], sparse)
+    with pytest.raises(ValueError, match="this collection has 5 features"):
+        model(dense, sparse[:, :4])
+
+
+def test_unknown_model_and_bad_tables(make_tables):
+    with pytest.raises(ValueError, match="unknown model 'dlrn'; use one of dlrm"):
+        build("dlrn", N_DENSE, make_tables(F, D))
+    with pytest.raises(ValueError, match="pass n_features=F"):
+        build("dlrm", N_DENSE, make_tables(1, D)[0])
+    with pytest.raises(ValueError, match="drop n_features"):
+        build("dlrm", N_DENSE, make_tables(F, D), n_features=F)
+    with pytest.raises(ValueError, match=r"table names \['t0'\] are repeated"):
+        build("dlrm", N_DENSE, make_tables(F, D) + make_tables(1, D))
+    with pytest.raises(ValueError, match="n_dense=-1; use an int >= 0"):
+        build("dlrm", -1, make_tables(F, D))
+
+
+@pytest.mark.parametrize("hyper, message", [
+    ({"top": (64, 0)}, r"DLRM: top=\(64, 0\); use a tuple of layer widths"),
+    ({"bottom": 64}, "DLRM: bottom=64; use a tuple of layer widths"),
+    ({"dropout": 1.0}, r"DLRM: dropout=1.0; use a dropout probability in \[0, 1\)"),
+])
+def test_bad_dlrm_hyperparameters(hyper, message, make_tables):
+    with pytest.raises(ValueError, match=message):
+        build("dlrm", N_DENSE, make_tables(F, D), **hyper)
+
+
+def test_dlrm_needs_dense_features(make_tables):
+    with pytest.raises(ValueError, match="DLRM: n_dense=0; its bottom MLP needs dense features"):
+        build("dlrm", 0, make_tables(F, D))
+
+
+def test_dlrm_bottom_mlp_ends_at_the_embedding_dim(make_tables):
+    model = build("dlrm", N_DENSE, make_tables(F, D), bottom=(32, 16))
+    assert [layer.weight.shape for layer in model.bottom.layers] == [(32, N_DENSE), (16, 32), (D, 16)]
+    assert model.top.layers[0].weight.shape[1] == 24  # D + the 15 pairs of 6 vectors, padded to a multiple of 8
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODELS if MODELS[n].first_order))
+def test_first_order_tables_follow_the_configs(name, make_tables, tmp_path, rng):
+    ssd = StoreOptions("ssd", cache_rows=64, ssd_path=str(tmp_path / "t0.h5"))
+    configs = make_tables(F, D)
+    configs[0] = make_tables(1, D, options=ssd)[0]
+    model = build(name, N_DENSE, configs)
+    linear = model.linear_embeddings.tables[0].config
+    assert (linear.name, linear.dim, linear.initializer.kind) == ("t0_linear", 1, "zeros")
+    assert linear.options.ssd_path == str(tmp_path / "t0.linear.h5") and linear.rule == configs[0].rule
+    with no_grad():
+        model(*batch(rng))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t0.h5", "t0.linear.h5"]
