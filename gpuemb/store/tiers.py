@@ -180,8 +180,9 @@ class SsdTier(Tier):
     Reads and writes move whole chunks (``read_direct_chunk``/``write_direct_chunk``) and gather or scatter in
     NumPy: h5py's fancy indexing was about 30 times slower (DESIGN.md), and a chunk-aligned ``read_direct`` cost
     about 100 us a call against 7 us for the raw chunk. Raw chunk I/O needs every chunk to exist and no filter,
-    so chunks are allocated when a slab is added and the dataset is not compressed. A write reads each touched
-    chunk, changes its rows, and writes it back.
+    so chunks are allocated when a slab is added and the dataset is not compressed. A write reads each chunk it
+    covers in part, changes its rows, and writes it back; a chunk it covers entirely is written without a read,
+    so filling fresh slots in order (populating a table) costs one write per chunk.
     """
 
     def __init__(self, path, spec):
@@ -223,12 +224,14 @@ class SsdTier(Tier):
             sel = order[ends[g]:ends[g + 1]]
             yield touched[g0:g0 + per].tolist(), sel, (inv[sel] - g0) * cr + rows[sel] % cr
 
-    def _read_chunks(self, chunks):
+    def _read_chunks(self, chunks, skip=None):
+        """The rows of ``chunks`` one after another; the rows of chunk j are left unset where ``skip[j]``."""
         cr = self.spec.chunk_rows
         buf = np.empty((len(chunks) * cr, self.width), self.dtype)
         for j, c in enumerate(chunks):
-            self.ds.id.read_direct_chunk((c * cr, 0), out=buf[j * cr:(j + 1) * cr].reshape(-1).view(np.uint8))
-        self.bytes_read += buf.nbytes
+            if skip is None or not skip[j]:
+                self.ds.id.read_direct_chunk((c * cr, 0), out=buf[j * cr:(j + 1) * cr].reshape(-1).view(np.uint8))
+                self.bytes_read += self.chunk_bytes
         return buf
 
     def read(self, rows, out=None):
@@ -243,13 +246,15 @@ class SsdTier(Tier):
         return out
 
     def write(self, rows, values):
-        """Store ``values[i]`` as row ``rows[i]``: read, change and write back each touched chunk once."""
+        """Store ``values[i]`` as row ``rows[i]``: read (unless ``rows`` cover it entirely), change and write back
+        each touched chunk once."""
         rows, values = backend.to_host(rows), backend.to_host(values)
         self._check_rows(rows, "write")
         self._check_values(values, rows.shape[0], "write")
         cr = self.spec.chunk_rows
         for chunks, sel, local in self._groups(rows):
-            buf = self._read_chunks(chunks)
+            full = np.bincount(local // cr, minlength=len(chunks)) == cr  # rows are distinct: all cr are written
+            buf = self._read_chunks(chunks, skip=full)
             buf[local] = values[sel]
             for j, c in enumerate(chunks):
                 self.ds.id.write_direct_chunk((c * cr, 0), buf[j * cr:(j + 1) * cr])

@@ -115,3 +115,21 @@ def test_ssd_moves_whole_chunks(rng, tmp_path):
         again = np.concatenate([rows, rows[:5]])
         t.read(again)
         assert t.bytes_read == 2 * touched * t.chunk_bytes
+
+
+def test_ssd_writes_whole_chunks_without_reading_them(rng, tmp_path, monkeypatch):
+    monkeypatch.setattr(tiers, "_GROUP_BYTES", 4 * 16 * 5 * 4)  # four chunks per group: full and partial mixed
+    spec = TierSpec(width=5, slab_rows=128, chunk_rows=16)
+    with SsdTier(tmp_path / "rows.h5", spec) as t:
+        ids = SlabAllocator(t).alloc(256)  # 16 chunks
+        ref = random_rows(rng, 256, spec)
+        t.write(ids, ref)
+        assert t.bytes_read == 0 and t.bytes_written == 16 * t.chunk_bytes
+        full = [1, 4, 5, 11]
+        rows = np.concatenate([np.arange(c * 16, c * 16 + 16) for c in full]  # covered entirely
+                              + [rng.choice(np.arange(c * 16, c * 16 + 16), 9, replace=False) for c in (0, 7, 12)])
+        rows = rng.permutation(rows)
+        ref[rows] = random_rows(rng, rows.size, spec)
+        t.write(rows, ref[rows])
+        assert t.bytes_read == 3 * t.chunk_bytes  # only the three chunks covered in part were read
+        np.testing.assert_array_equal(t.read(np.arange(256)), ref)
