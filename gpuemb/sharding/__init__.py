@@ -1,0 +1,8 @@
+"""gpuemb.sharding: the sharding planner. Tables and per-rank budgets in; a plan of table-, row-, column-wise and
+data-parallel placements out, with its cost per rank (DESIGN.md, "Communication and sharding"; docs/sharding.md)."""
+from .cost import Memory, RankCost, rank_costs, shard_memory
+from .plan import Placement, Plan, Shard, owner_hash
+from .spec import RankBudget, TableSpec
+
+__all__ = ["TableSpec", "RankBudget", "Memory", "RankCost", "shard_memory", "rank_costs", "Shard", "Placement",
+           "Plan", "owner_hash"]

@@ -1,0 +1,152 @@
+"""The cost model: the bytes a shard takes in each tier, and the bytes each rank moves per training step.
+
+Memory follows the store (``gpuemb.store``), per key of a level:
+
+- the row, ``row_width(rule, cols) · itemsize``, in the level's tier;
+- ``INDEX_BYTES`` for the key index, in the same memory as the index: the device for a device level, the host
+  for a host or ssd home. By its own account (``store/key_index.py``) the index costs 15 to 21 bytes a key
+  between rehashes; we charge 24, a bound with room;
+- ``SLOT_BYTES`` of per-slot bookkeeping, which ``RowLevel`` keeps in NumPy on the host whatever the tier: the
+  key (8), update count (4), dirty flag (1), the policy's last use, use count and pins (4 + 4 + 4) and occupied
+  flag (1), and the slab allocator's used flag (1). It is ``host_meta``: reported, not charged to the host tier,
+  whose budget is for rows. Not counted: the free stack (8 bytes per freed row), and slab rounding: a tier grows
+  ``slab_rows`` rows at a time (65536 by default), so a shard may take up to a slab more; give small tables a
+  small ``slab_rows``.
+
+Traffic per step, for a global batch of ``B`` samples over ``W`` ranks (``b = B / W`` each) and a table with
+``L`` lookups per sample: a shard that gets a share ``q`` of the table's keys (1 table- and column-wise, ``1/W``
+row-wise) sees ``U = min(B·L·q, rows)`` unique rows, an upper bound (duplicates in a batch are read once). Its
+owner reads their weights in the forward and reads and writes their whole rows in the update: ``U·(cols +
+2·width)·itemsize`` lookup bytes. Every other rank sends it its keys (8 bytes each, ``b·L·q`` of them); the owner
+sends back one vector per bag that has a key in the shard (``min(b·L·q, b·(1 − (1 − q)^L))``; one per key when
+unpooled) and gets their gradients back, ``cols·codec + scale`` bytes each. A data-parallel table is read locally
+and allreduced as a dense gradient, ``2·(W − 1)/W · rows·dim·itemsize`` bytes sent per rank by a ring. Comm bytes
+are the bytes a rank sends; what it keeps for itself never leaves it.
+"""
+from dataclasses import dataclass, fields
+
+INDEX_BYTES = 24
+SLOT_BYTES = 8 + 4 + 1 + 4 + 4 + 4 + 1 + 1
+KEY_BYTES = 8
+CODEC_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
+SCALE_BYTES = {"int8": 4}  # int8 sends a float32 absmax scale beside each row
+HOMES = ("device", "host", "ssd")
+
+
+class _Sum:
+    """Field-wise ``+`` for the cost dataclasses below."""
+
+    def __add__(self, other):
+        return type(self)(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+
+@dataclass(frozen=True)
+class Memory(_Sum):
+    """Bytes per tier; ``host_meta`` is the host bookkeeping of the rows wherever they live."""
+    device: float = 0
+    host: float = 0
+    ssd: float = 0
+    host_meta: float = 0
+
+    def __sub__(self, other):
+        return type(self)(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
+
+    def fits(self, free):
+        """Whether these bytes fit in ``free`` tier by tier (``host_meta`` is not a tier)."""
+        return self.device <= free.device and self.host <= free.host and self.ssd <= free.ssd
+
+    @property
+    def total(self):
+        return self.device + self.host + self.ssd
+
+
+@dataclass(frozen=True)
+class RankCost(_Sum):
+    """One rank's memory and its bytes per step: ``lookup`` in its store, ``a2a_fwd``/``a2a_bwd`` sent in the
+    embedding all-to-alls, ``allreduce`` sent for data-parallel tables; ``shards`` it holds."""
+    memory: Memory = Memory()
+    lookup: float = 0
+    a2a_fwd: float = 0
+    a2a_bwd: float = 0
+    allreduce: float = 0
+    shards: int = 0
+
+    @property
+    def load(self):
+        """Bytes this rank moves per step: what the planner balances."""
+        return self.lookup + self.a2a_fwd + self.a2a_bwd + self.allreduce
+
+
+def human_bytes(n):
+    """Bytes in decimal units (B, KB, MB, GB, TB), for messages."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def row_bytes(spec, cols=None):
+    """Bytes of one stored row of ``spec`` holding ``cols`` weight columns (all by default) and their state."""
+    return spec.row_width(cols) * spec.itemsize
+
+
+def shard_memory(spec, rows, cols=None, home="device", cache_rows=0):
+    """Bytes of ``rows`` keys of ``spec`` (``cols`` columns) homed in ``home``, under a device cache of
+    ``cache_rows`` where the home is host or ssd."""
+    if home not in HOMES:
+        raise ValueError(f"shard_memory: home={home!r}; use one of {', '.join(HOMES)}")
+    rb = row_bytes(spec, cols)
+    on_device = rows if home == "device" else cache_rows
+    return Memory(device=on_device * (rb + INDEX_BYTES),
+                  host={"device": 0, "host": rows * (rb + INDEX_BYTES), "ssd": rows * INDEX_BYTES}[home],
+                  ssd=rows * rb if home == "ssd" else 0,
+                  host_meta=(on_device + (rows if home != "device" else 0)) * SLOT_BYTES)
+
+
+def vector_bytes(cols, codec):
+    """Wire bytes of one row of ``cols`` elements in ``codec``."""
+    if codec not in CODEC_BYTES:
+        raise ValueError(f"codec={codec!r}; use one of {', '.join(CODEC_BYTES)}")
+    return cols * CODEC_BYTES[codec] + SCALE_BYTES.get(codec, 0)
+
+
+def unique_rows(spec, share, rows, batch_size):
+    """Rows a shard holding ``rows`` keys and a ``share`` of the table's keys touches per step, at most."""
+    return min(batch_size * spec.lookups_per_sample * share, rows)
+
+
+def placement_costs(placement, world_size, batch_size, codec):
+    """The ``RankCost`` of one placement on each of ``world_size`` ranks (a list)."""
+    spec, W, B = placement.table, world_size, batch_size
+    L, s, b = spec.lookups_per_sample, spec.itemsize, batch_size / world_size
+    costs = [RankCost() for _ in range(W)]
+    q = 1 / len(placement.shards) if placement.kind == "row" else 1.0
+    for shard in placement.shards:
+        d = shard.cols[1] - shard.cols[0]
+        mem = shard_memory(spec, shard.rows, d, shard.home, shard.cache_rows)
+        costs[shard.rank] += RankCost(memory=mem, shards=1)
+        rb = row_bytes(spec, d)
+        if placement.kind == "data":  # every replica reads its own batch and applies the global update
+            costs[shard.rank] += RankCost(
+                lookup=min(b * L, shard.rows) * d * s + unique_rows(spec, 1.0, shard.rows, B) * 2 * rb,
+                allreduce=2 * (W - 1) / W * shard.rows * d * s)
+            continue
+        costs[shard.rank] += RankCost(lookup=unique_rows(spec, q, shard.rows, B) * (d * s + 2 * rb))
+        keys = b * L * q
+        vectors = keys if spec.pooling is None else min(keys, b * (1 - (1 - q) ** L))
+        v = vectors * vector_bytes(d, codec)
+        for r in range(W):
+            if r != shard.rank:
+                costs[r] += RankCost(a2a_fwd=keys * KEY_BYTES, a2a_bwd=v)
+                costs[shard.rank] += RankCost(a2a_fwd=v)
+    return costs
+
+
+def rank_costs(plan):
+    """The summed ``RankCost`` of every placement of ``plan``, per rank."""
+    totals = [RankCost() for _ in range(plan.world_size)]
+    for placement in plan.placements:
+        totals = [t + c for t, c in zip(totals, placement_costs(placement, plan.world_size, plan.batch_size,
+                                                                 plan.codec))]
+    return totals
+

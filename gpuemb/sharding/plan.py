@@ -1,0 +1,168 @@
+"""The plan: where each table's shards live, and which rank owns a key.
+
+A ``Plan`` holds one ``Placement`` per table: its kind and its ``Shard``s. Each shard has a rank, the rows it is
+expected to hold, its weight columns ``[start, stop)``, its home tier and, over a host or ssd home, the rows of its
+device cache. Kinds:
+
+- ``table``: one shard, all rows and columns, on one rank;
+- ``row``: one shard per rank; rank ``r`` holds the keys whose ``owner_hash(key) % world_size == r``;
+- ``column``: shards of all rows, each a range of the columns, on distinct ranks;
+- ``data``: a full replica on every rank, the gradients allreduced.
+
+``to_json()``/``from_json()`` round-trip the decisions; the JSON also carries each rank's estimated costs
+(``cost.rank_costs``), to read, and ``from_json`` ignores them.
+"""
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuemb.io.hashing import mix_array
+
+from .cost import CODEC_BYTES, HOMES, rank_costs
+from .spec import RankBudget, TableSpec
+
+KINDS = ("table", "row", "column", "data")
+OWNER_SLOT = 0x5AD  # owner_hash's salt: any slot works as long as the row-wise owners all use the same one
+
+
+def owner_hash(keys):
+    """The non-negative 63-bit hash of int64 ``keys`` that picks their row-wise shard.
+
+    It is ``io.hashing``'s splitmix64 mix with a slot of its own. It must differ from the key index's probe hash
+    (splitmix64's finaliser of the bare key): with the same hash, every key of rank ``r`` would share its low bits
+    and crowd into 1/W of that rank's index.
+    """
+    return mix_array(np.ascontiguousarray(keys, np.int64).view(np.uint64), OWNER_SLOT)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A piece of a table on ``rank``: ``rows`` keys (expected), weight columns ``cols = (start, stop)``, homed in
+    ``home`` under a device cache of ``cache_rows``; ``residue`` is the hash residue of a row-wise shard."""
+    rank: int
+    rows: int
+    cols: tuple
+    home: str = "device"
+    cache_rows: int = 0
+    residue: int = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How table ``table`` (a ``TableSpec``) is sharded, and why the planner chose it."""
+    table: TableSpec
+    kind: str
+    shards: tuple
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every table's placement over ``len(budgets)`` ranks, for steps of ``batch_size`` samples (global) whose
+    embedding all-to-alls use ``codec``."""
+    budgets: tuple
+    placements: tuple
+    batch_size: int
+    codec: str
+
+    def __post_init__(self):
+        _check(self)
+
+    @property
+    def world_size(self):
+        return len(self.budgets)
+
+    def placement(self, table):
+        """The placement of the table named ``table``."""
+        for p in self.placements:
+            if p.table.name == table:
+                return p
+        raise KeyError(f"Plan: no table {table!r}; it has {', '.join(p.table.name for p in self.placements)}")
+
+    def owner_of(self, table, keys):
+        """The rank owning each of ``keys`` (int64) of ``table``: ``[n]``, or ``[n, S]`` for a column-wise table
+        (one rank per shard of ``column_ranges``). A data-parallel table has no owner: every rank holds it."""
+        p = self.placement(table)
+        keys = np.asarray(keys, np.int64)
+        ranks = np.array([s.rank for s in p.shards], np.int64)
+        if p.kind == "data":
+            raise ValueError(f"Plan.owner_of: {table!r} is data-parallel, so every rank looks its keys up locally")
+        if p.kind == "row":
+            by_residue = ranks[np.argsort([s.residue for s in p.shards])]
+            return by_residue[owner_hash(keys) % len(p.shards)]
+        if p.kind == "column":
+            return np.broadcast_to(ranks, keys.shape + ranks.shape).copy()
+        return np.full(keys.shape, ranks[0])
+
+    def column_ranges(self, table):
+        """``[(rank, start, stop), ...]``: which rank holds which weight columns of ``table``, in column order."""
+        return sorted(((s.rank, *s.cols) for s in self.placement(table).shards), key=lambda r: r[1])
+
+    def to_json(self, indent=1):
+        costs = rank_costs(self)
+        return json.dumps({
+            "world_size": self.world_size, "batch_size": self.batch_size, "codec": self.codec,
+            "budgets": [b.to_dict() for b in self.budgets],
+            "placements": [{"table": p.table.to_dict(), "kind": p.kind, "reason": p.reason,
+                            "shards": [vars(s) for s in p.shards]} for p in self.placements],
+            "ranks": [{"memory": vars(c.memory), "lookup": c.lookup, "a2a_fwd": c.a2a_fwd, "a2a_bwd": c.a2a_bwd,
+                       "allreduce": c.allreduce, "shards": c.shards} for c in costs],
+        }, indent=indent)
+
+    @classmethod
+    def from_json(cls, text):
+        """The plan ``to_json`` wrote (its ``ranks`` costs are derived, so they are not read)."""
+        d = json.loads(text)
+        try:
+            placements = tuple(
+                Placement(TableSpec.from_dict(p["table"]), p["kind"],
+                          tuple(Shard(**{**s, "cols": tuple(s["cols"])}) for s in p["shards"]), p.get("reason", ""))
+                for p in d["placements"])
+            return cls(tuple(RankBudget.from_dict(b) for b in d["budgets"]), placements, d["batch_size"], d["codec"])
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"Plan.from_json: not a plan ({type(e).__name__}: {e}); give the JSON that "
+                             "Plan.to_json() wrote") from e
+
+
+def _check(plan):
+    """Raise ValueError naming the first thing in ``plan`` that no planner would write."""
+    def fail(where, message):
+        raise ValueError(f"Plan: {where}: {message}")
+
+    W = plan.world_size
+    if W < 1 or not all(isinstance(b, RankBudget) for b in plan.budgets):
+        fail("budgets", "give one RankBudget per rank")
+    if plan.codec not in CODEC_BYTES:
+        fail("codec", f"{plan.codec!r}; use one of {', '.join(CODEC_BYTES)}")
+    if not isinstance(plan.batch_size, int) or plan.batch_size < 1:
+        fail("batch_size", f"{plan.batch_size!r}; use an int >= 1 (samples per step over all ranks)")
+    names = [p.table.name for p in plan.placements]
+    if len(set(names)) != len(names):
+        fail("placements", f"table names repeat in {names}; give each table one placement")
+    for p in plan.placements:
+        where = f"table {p.table.name!r}"
+        if p.kind not in KINDS:
+            fail(where, f"kind {p.kind!r}; use one of {', '.join(KINDS)}")
+        if not p.shards:
+            fail(where, "no shards")
+        for s in p.shards:
+            if not 0 <= s.rank < W or s.home not in HOMES or not 0 <= s.cols[0] < s.cols[1] <= p.table.dim:
+                fail(where, f"{s} needs a rank in [0, {W}), a home in {HOMES} and columns within [0, {p.table.dim})")
+        ranks = [s.rank for s in p.shards]
+        cols = sorted(s.cols for s in p.shards)
+        whole = all(c == (0, p.table.dim) for c in cols)
+        if p.kind == "column" and (cols[0][0] != 0 or cols[-1][1] != p.table.dim
+                                   or any(a[1] != b[0] for a, b in zip(cols, cols[1:]))):
+            fail(where, f"column ranges {cols} must tile [0, {p.table.dim}) exactly")
+        if p.kind != "column" and not whole:
+            fail(where, f"a {p.kind}-wise shard holds every column; got {cols}")
+        if p.kind in ("row", "data") and sorted(ranks) != list(range(W)):
+            fail(where, f"a {p.kind} placement has one shard on every rank; got ranks {ranks}")
+        residues = sorted(s.residue if isinstance(s.residue, int) else -1 for s in p.shards)
+        if p.kind == "row" and residues != list(range(W)):
+            fail(where, f"row-wise residues must be 0..{W - 1}, one per shard")
+        if p.kind == "table" and len(p.shards) != 1:
+            fail(where, f"a table-wise placement has one shard; got {len(p.shards)}")
+        if p.kind == "column" and len(set(ranks)) != len(ranks):
+            fail(where, f"column shards go to distinct ranks; got {ranks}")

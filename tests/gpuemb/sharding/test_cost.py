@@ -1,0 +1,104 @@
+"""The cost model against bytes worked out by hand, and its per-key constants against the store itself."""
+import pytest
+
+from gpuemb import optim
+from gpuemb.kernels.codecs import CODECS
+from gpuemb.sharding.cost import (CODEC_BYTES, INDEX_BYTES, SLOT_BYTES, Memory, RankCost, placement_costs,
+                                  rank_costs, shard_memory, vector_bytes)
+from gpuemb.sharding.plan import Placement, Plan, Shard
+from gpuemb.sharding.spec import RankBudget, TableSpec
+from gpuemb.store.options import StoreOptions, TableConfig
+from gpuemb.store.table import EmbeddingTable
+
+SGD8 = TableSpec("t", 1000, 8, lookups_per_sample=2, rule="SGDRule")  # a row is 8 float32: 32 bytes
+
+
+def test_memory_per_home_by_hand():
+    assert shard_memory(SGD8, 1000) == Memory(device=1000 * (32 + 24), host_meta=1000 * 27)
+    assert shard_memory(SGD8, 1000, home="host", cache_rows=100) == Memory(
+        device=100 * (32 + 24), host=1000 * (32 + 24), host_meta=(100 + 1000) * 27)
+    assert shard_memory(SGD8, 1000, home="ssd", cache_rows=100) == Memory(
+        device=100 * (32 + 24), host=1000 * 24, ssd=1000 * 32, host_meta=(100 + 1000) * 27)
+    half = TableSpec("h", 10, 8, dtype="float16", rule="RowwiseAdagradRule")  # 8 weights + 1 accumulator
+    assert shard_memory(half, 10, cols=4).device == 10 * (5 * 2 + 24)
+    with pytest.raises(ValueError, match="home='tape'"):
+        shard_memory(SGD8, 10, home="tape")
+
+
+@pytest.mark.parametrize("n", [3000, 20000])
+def test_per_key_constants_match_the_store(n, rng):
+    table = EmbeddingTable(TableConfig("t", 8, options=StoreOptions(slab_rows=1024)))
+    table.lookup(rng.choice(1 << 40, n, replace=False))
+    level = table.top
+    assert (level.overhead_bytes - level.index.nbytes) / level.tier.capacity == SLOT_BYTES == 27
+    assert INDEX_BYTES / 2 <= level.index.nbytes / len(level) <= INDEX_BYTES  # a bound, and not a loose one
+
+
+def test_codec_bytes():
+    assert set(CODEC_BYTES) == set(CODECS)
+    assert [vector_bytes(64, c) for c in ("fp32", "fp16", "bf16", "int8")] == [256, 128, 128, 64 + 4]
+    with pytest.raises(ValueError, match="codec='fp8'"):
+        vector_bytes(64, "fp8")
+
+
+def _costs(kind, shards, spec=SGD8, codec="int8", W=4, B=400):
+    return placement_costs(Placement(spec, kind, tuple(shards)), W, B, codec)
+
+
+def test_table_wise_traffic_by_hand():
+    # W=4, B=400: b=100 samples a rank, 2 keys each. The owner sees min(800, 1000) rows: 96 bytes each (8 weights
+    # read, 8 read + 8 written in the update). A non-owner sends 200 keys (1600 B) and gets 100 pooled int8 rows
+    # (8 + 4 scale = 12 B) back, whose gradients it returns; the owner sends 3 x 1200 B of rows.
+    costs = _costs("table", [Shard(1, 1000, (0, 8))])
+    assert costs[1] == RankCost(memory=shard_memory(SGD8, 1000), lookup=800 * 96, a2a_fwd=3 * 1200, shards=1)
+    for r in (0, 2, 3):
+        assert costs[r] == RankCost(a2a_fwd=1600, a2a_bwd=1200)
+
+
+@pytest.mark.parametrize("pooling,vectors", [("sum", 100 * (1 - 0.75 ** 2)), (None, 50)])
+def test_row_wise_traffic_by_hand(pooling, vectors):
+    # 250 rows a rank, a quarter of the 800 keys: 200 unique rows at most. To each other owner a rank sends 50 keys
+    # (400 B); an owner returns a row per bag with a key in its shard, b·(1 - (3/4)^2) = 43.75 bags (pooled), or
+    # one per key (unpooled), 12 B each, and gets as many gradients back.
+    spec = TableSpec("t", 1000, 8, lookups_per_sample=2, pooling=pooling, rule="SGDRule")
+    costs = _costs("row", [Shard(r, 250, (0, 8), residue=r) for r in range(4)], spec)
+    v = vectors * 12
+    for c in costs:
+        assert c == RankCost(memory=shard_memory(spec, 250), lookup=200 * 96, a2a_fwd=3 * 400 + 3 * v,
+                             a2a_bwd=3 * v, shards=1)
+
+
+def test_column_wise_traffic_by_hand():
+    # two shards of 4 columns on ranks 0 and 2, fp32 on the wire: 48 lookup bytes a row (4 read, 4 + 4 updated),
+    # all 800 keys to each shard, 100 rows of 16 B back per requester.
+    costs = _costs("column", [Shard(0, 1000, (0, 4)), Shard(2, 1000, (4, 8))], codec="fp32")
+    mem = shard_memory(SGD8, 1000, cols=4)
+    for owner, other in ((0, 2), (2, 0)):
+        assert costs[owner] == RankCost(memory=mem, lookup=800 * 48, a2a_fwd=3 * 1600 + 1600, a2a_bwd=1600,
+                                        shards=1)
+    for r in (1, 3):
+        assert costs[r] == RankCost(a2a_fwd=2 * 1600, a2a_bwd=2 * 1600)
+
+
+def test_data_parallel_traffic_by_hand():
+    # 50 rows: each replica reads min(200, 50) rows' weights for its own batch and updates min(800, 50) rows, and
+    # sends 2·3/4 of the 1600-byte gradient in the ring allreduce.
+    spec = TableSpec("d", 50, 8, lookups_per_sample=2, rule="SGDRule")
+    costs = _costs("data", [Shard(r, 50, (0, 8)) for r in range(4)], spec)
+    for c in costs:
+        assert c == RankCost(memory=shard_memory(spec, 50), lookup=50 * 32 + 50 * 64, allreduce=2400, shards=1)
+
+
+def test_one_rank_sends_nothing_and_plan_costs_add_up(rng):
+    spec = TableSpec("t", int(rng.integers(100, 10_000)), 8, rule="SGDRule")
+    alone = _costs("table", [Shard(0, spec.rows, (0, 8))], spec, W=1)
+    assert alone[0].a2a_fwd == alone[0].a2a_bwd == alone[0].allreduce == 0 and alone[0].lookup > 0
+    dp = TableSpec("d", 50, 8, rule="SGDRule")
+    placements = (Placement(spec, "table", (Shard(1, spec.rows, (0, 8)),)),
+                  Placement(dp, "data", (Shard(0, 50, (0, 8)), Shard(1, 50, (0, 8)))))
+    plan = Plan((RankBudget(10 ** 9),) * 2, placements, 400, "fp16")
+    parts = [placement_costs(p, 2, 400, "fp16") for p in placements]
+    assert rank_costs(plan) == [a + b for a, b in zip(*parts)]
+    assert rank_costs(plan)[1].shards == 2 and rank_costs(plan)[1].load == sum(
+        p[1].lookup + p[1].a2a_fwd + p[1].a2a_bwd + p[1].allreduce for p in parts)
+    assert optim.row_width(optim.SGDRule(), 8) * 4 == 32  # the row size the hand-worked numbers above assume
