@@ -177,7 +177,7 @@ class RowLevel:
         over = len(self) + keys.size - (self.bound or np.inf)
         if over > 0:
             self._evict(int(over), keys.size)
-        xp = get_array_module(self.index.entries)
+        xp = get_array_module(self.index.keys)
         slots = to_host(self.index.insert_or_find(keys, lambda n: xp.asarray(self.alloc.alloc(n)))[0])
         cap = self.tier.capacity
         self.keys, self.steps, self.dirty = _fit(self.keys, cap), _fit(self.steps, cap), _fit(self.dirty, cap)

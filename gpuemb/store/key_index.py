@@ -1,5 +1,5 @@
-"""The key encoder: an open-addressing hash table from int64 feature IDs to int64 row slots (DESIGN.md, "The
-embedding store"), so nobody plans capacity.
+"""The key encoder: an open-addressing hash table from int64 feature IDs to row slots (DESIGN.md, "The embedding
+store"), so nobody plans capacity.
 
 Slots come from the caller (the store's slab allocator), so inserting is two-phase and the same on either device:
 
@@ -8,19 +8,36 @@ Slots come from the caller (the store's slab allocator), so inserting is two-pha
     index.values_at(positions)                  # the slot of every key
 
 ``find``, ``insert_or_find``, ``erase`` and iteration are built on those. The table lives on one device, the
-chosen one unless ``xp`` says otherwise (NumPy on the CPU, CuPy on the GPU), and keys are moved there. Growth is
-by rehash before a claim that would push the load (live entries + tombstones) past ``max_load``: 2x, or in place
-when tombstones dominate. Positions are valid until the next claim, which may rehash. The same key sequence gives
-the same slots on either device.
+chosen one unless ``xp`` says otherwise (NumPy on the CPU, CuPy on the GPU), and keys are moved there. Positions
+are valid until the next claim, which may rehash. The same key sequence gives the same slots on either device.
 
-At ``max_load=0.75`` an entry costs 16 bytes / load, about 21 bytes per key just before growing.
+Memory: a row is an int64 key and an int32 slot, 12 bytes, so a level holds at most 2**31 rows (``MAX_SLOT``; shard
+past that). Before a claim that would push the load (live entries + tombstones) past ``max_load``, the table is
+rehashed to ``GROWTH / max_load`` rows per live key (new keys of the claim included): it grows by about 1.4x when
+full of live keys, and keeps or even shrinks its size when tombstones fill it. So between rehashes the load runs
+from ``max_load / GROWTH`` up to ``max_load``, and per key the index costs
+
+    12 * GROWTH / max_load = 12 * 1.4 / 0.8 = 21 bytes   right after a rehash (the worst),
+    12 / max_load          = 12 / 0.8       = 15 bytes   just before one,
+
+at every size above the initial capacity. The slab allocator adds 1 to 2 bytes per row (its used flags, grown by
+doubling), so index and allocator stay under 24 bytes per key. Growing by 1.4x rather than 2x moves each key
+2.5 times on average instead of once, but a rehash walks the old table in order and, by fastrange, writes the new
+one nearly in order, which is cheap next to the random probes of a claim.
 """
+import math
+
 import numpy as np
 
 from gpuemb.autograd import backend
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
-from .key_index_kernels import EMPTY, NO_SLOT, TOMB, claim_cpu, claim_cuda, lookup_cpu, lookup_cuda
+from .errors import StoreFullError
+from .key_index_kernels import CPU, CUDA, EMPTY, MAX_CAPACITY, NO_SLOT, TOMB
+
+GROWTH = 1.4
+MAX_SLOT = np.iinfo(np.int32).max  # slots are int32; the negative values are the kernels' states
+_SHARD = "shard the table over more ranks (row-wise placement) or split it into several tables"
 
 
 def _as_keys(keys, xp):
@@ -29,24 +46,35 @@ def _as_keys(keys, xp):
 
 
 class KeyIndex:
-    """int64 key -> int64 slot, batched, with a numba CPU twin and a CUDA kernel."""
+    """int64 key -> slot in ``[0, MAX_SLOT]``, batched, with a numba CPU twin and a CUDA kernel.
 
-    def __init__(self, capacity=1024, max_load=0.75, xp=None):
+    ``capacity`` is the initial number of rows and the least a rehash shrinks to.
+    """
+
+    def __init__(self, capacity=1024, max_load=0.8, xp=None):
         if not 0 < max_load < 1:
             raise ValueError(f"KeyIndex: max_load={max_load} must lie in (0, 1): probing needs empty rows")
-        self.max_load = max_load
-        self._reset(backend.xp if xp is None else xp, 1 << max(3, int(capacity - 1).bit_length()))
+        self.max_load, self.min_capacity = max_load, max(8, int(capacity))
+        if self.min_capacity > MAX_CAPACITY:
+            raise ValueError(f"KeyIndex: capacity={capacity} is over the {MAX_CAPACITY} rows one index can hash "
+                             f"into; {_SHARD}")
+        self._reset(backend.xp if xp is None else xp, self.min_capacity)
 
     def _reset(self, xp, capacity):
-        self.entries = xp.full((capacity + 2, 2), NO_SLOT, dtype=np.int64)
-        self.entries[:, 0] = EMPTY
-        self.entries[capacity + 1, 0] = TOMB  # the side rows carry their own keys, for items()
+        self.keys = xp.full(capacity + 2, EMPTY, dtype=np.int64)
+        self.keys[capacity + 1] = TOMB  # the side rows carry their own keys, for items()
+        self.slots = xp.full(capacity + 2, NO_SLOT, dtype=np.int32)
         self._used = 0  # rows whose key is no longer EMPTY: live entries and tombstones
         self._tombs = 0
 
     @property
+    def xp(self):
+        """The array module of the table: numpy or cupy."""
+        return get_array_module(self.keys)
+
+    @property
     def capacity(self):
-        return self.entries.shape[0] - 2
+        return self.keys.shape[0] - 2
 
     @property
     def load_factor(self):
@@ -55,42 +83,49 @@ class KeyIndex:
 
     @property
     def nbytes(self):
-        return self.entries.nbytes
+        return self.keys.nbytes + self.slots.nbytes
 
     def __len__(self):
-        side = int((self.entries[self.capacity:, 1] != NO_SLOT).sum())
+        side = int((self.slots[self.capacity:] != NO_SLOT).sum())
         return self._used - self._tombs + side
 
     def _kernels(self):
-        return (claim_cuda, lookup_cuda) if is_device_array(self.entries) else (claim_cpu, lookup_cpu)
+        return CUDA if is_device_array(self.keys) else CPU
 
     def _lookup(self, keys, want_slots):
         out = get_array_module(keys).empty(keys.shape[0], dtype=np.int64)
-        self._kernels()[1](self.entries, keys, want_slots, out)
+        self._kernels().lookup(self.keys, self.slots, keys, want_slots, out)
         return out
 
     def find(self, keys):
-        """The slot of each key, -1 where absent (or claimed but not yet assigned)."""
-        return self._lookup(_as_keys(keys, get_array_module(self.entries)), True)
+        """The slot of each key (int64), -1 where absent (or claimed but not yet assigned)."""
+        return self._lookup(_as_keys(keys, self.xp), True)
 
     def claim(self, keys):
         """``(positions, is_new)``: each key's entry, found or claimed; ``is_new`` on one occurrence per key that
         has no slot yet, the first in the batch. Follow with ``assign(positions[is_new], slots)``."""
-        xp = get_array_module(self.entries)
+        xp = self.xp
         keys = _as_keys(keys, xp)
+        if keys.shape[0] > MAX_SLOT - 2:  # the CUDA claim marks with -(batch index + 3) in an int32 slot
+            raise ValueError(f"KeyIndex.claim: a batch of {keys.shape[0]} keys is over {MAX_SLOT - 2}; split it")
         self._reserve(keys)
         pos = xp.empty(keys.shape[0], dtype=np.int64)
         is_new = xp.empty(keys.shape[0], dtype=np.bool_)
-        self._used += self._kernels()[0](self.entries, keys, pos, is_new)
+        self._used += self._kernels().claim(self.keys, self.slots, keys, pos, is_new)
         return pos, is_new
 
     def assign(self, positions, slots):
-        """Give the entries at ``positions`` (claimed, new) their ``slots``."""
-        self.entries[positions, 1] = slots
+        """Give the entries at ``positions`` (claimed, new) their ``slots``, each in ``[0, MAX_SLOT]``."""
+        slots = self.xp.asarray(slots)
+        if slots.size and (int(slots.min()) < 0 or int(slots.max()) > MAX_SLOT):
+            raise StoreFullError(
+                f"KeyIndex.assign: slots {int(slots.min())}..{int(slots.max())} do not fit: the index keeps int32 "
+                f"slots in [0, {MAX_SLOT}], so one level holds at most 2**31 rows; {_SHARD}")
+        self.slots[positions] = slots
 
     def values_at(self, positions):
-        """The slots at ``positions`` from ``claim``; -1 where not yet assigned."""
-        return self.entries[positions, 1].clip(NO_SLOT)
+        """The slots (int64) at ``positions`` from ``claim``; -1 where not yet assigned."""
+        return self.slots[positions].clip(NO_SLOT).astype(np.int64)
 
     def insert_or_find(self, keys, allocate):
         """``(slots, new_keys_mask)``, inserting absent keys with slots from ``allocate(n) -> n fresh slots``."""
@@ -100,24 +135,25 @@ class KeyIndex:
         return self.values_at(pos), is_new
 
     def erase(self, keys):
-        """Remove keys (absent ones and repeats are ignored); returns their slots, each once, in batch order."""
-        xp = get_array_module(self.entries)
+        """Remove keys (absent ones and repeats are ignored); returns their slots (int64), each once, in batch
+        order."""
+        xp = self.xp
         pos = self._lookup(_as_keys(keys, xp), False)
         unique, first = xp.unique(pos, return_index=True)
         pos = pos[xp.sort(first[unique >= 0])]
-        slots = self.entries[pos, 1]
-        self.entries[pos, 1] = NO_SLOT
+        slots = self.slots[pos].astype(np.int64)
+        self.slots[pos] = NO_SLOT
         in_table = pos[pos < self.capacity]
-        self.entries[in_table, 0] = TOMB
+        self.keys[in_table] = TOMB
         self._tombs += int(in_table.shape[0])
         return slots[slots >= 0]
 
     def items(self, chunk=1 << 22):
         """``(keys, slots)`` int64 array pairs of every assigned entry, ``chunk`` rows at a time."""
         for start in range(0, self.capacity + 2, chunk):
-            rows = self.entries[start:start + chunk]
-            rows = rows[rows[:, 1] >= 0]  # erased and empty rows hold NO_SLOT
-            yield rows[:, 0].copy(), rows[:, 1].copy()
+            slots = self.slots[start:start + chunk]
+            held = slots >= 0  # erased and empty rows hold NO_SLOT
+            yield self.keys[start:start + chunk][held], slots[held].astype(np.int64)
 
     __iter__ = items
 
@@ -126,24 +162,24 @@ class KeyIndex:
         limit = self.max_load * self.capacity
         if self._used + keys.shape[0] <= limit:
             return
-        absent = int((self._lookup(keys, False) < 0).sum())  # an upper bound on the new keys
-        if self._used + absent <= limit:
+        absent = keys[self._lookup(keys, False) < 0]
+        if self._used + absent.shape[0] <= limit:
             return
-        live = self._used - self._tombs + absent
-        if live <= self.max_load * self.capacity / 2:  # tombstones dominate: clearing them halves the load
-            return self._rehash(self.capacity)
-        capacity = 2 * self.capacity
-        while live > self.max_load * capacity:
-            capacity *= 2
+        absent = self.xp.sort(absent)  # repeats of a new key claim one row: do not size for them
+        new = int((absent[1:] != absent[:-1]).sum()) + 1
+        if self._used + new <= limit:
+            return
+        live = self._used - self._tombs + new
+        capacity = max(self.min_capacity, math.ceil(live * GROWTH / self.max_load))
+        if capacity > MAX_CAPACITY:
+            raise StoreFullError(f"KeyIndex: {live} keys need {capacity} rows, over the {MAX_CAPACITY} one index "
+                                 f"can hash into; {_SHARD}")
         self._rehash(capacity)
 
     def _rehash(self, capacity):
-        xp = get_array_module(self.entries)
-        table = self.entries[:self.capacity]
-        rows = table[(table[:, 0] != EMPTY) & (table[:, 0] != TOMB)]
-        side = self.entries[self.capacity:, 1].copy()
-        self._reset(xp, capacity)
-        pos = xp.empty(rows.shape[0], dtype=np.int64)
-        self._used = self._kernels()[0](self.entries, rows[:, 0].copy(), pos, xp.empty(rows.shape[0], np.bool_))
-        self.entries[pos, 1] = rows[:, 1]  # claimed-but-unassigned entries keep CLAIMED
-        self.entries[capacity:, 1] = side
+        old_keys, old_slots = self.keys, self.slots
+        live = self._used - self._tombs
+        self._reset(self.xp, capacity)
+        self._kernels().rehash(old_keys, old_slots, self.keys, self.slots)
+        self.keys[capacity:], self.slots[capacity:] = old_keys[-2:], old_slots[-2:]
+        self._used = live

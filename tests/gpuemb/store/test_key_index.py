@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -5,7 +7,10 @@ from hypothesis import strategies as st
 
 from gpuemb.autograd.backend import to_host
 from gpuemb.store import key_index_kernels as K
-from gpuemb.store.key_index import KeyIndex
+from gpuemb.store.errors import StoreFullError
+from gpuemb.store.key_index import GROWTH, MAX_SLOT, KeyIndex
+from gpuemb.store.slab import SlabAllocator
+from gpuemb.store.tiers import HostTier, TierSpec
 
 I64 = np.iinfo(np.int64)
 # The sentinels, their neighbours, 0 and the extremes: the keys an open-addressing table gets wrong.
@@ -95,17 +100,21 @@ def test_growth_keeps_every_mapping(rng):
     keys = rng.integers(I64.min, I64.max, 1_000_000, dtype=np.int64)
     index, alloc = KeyIndex(), Counter()
     slots = np.concatenate([index.insert_or_find(b, alloc)[0] for b in np.array_split(keys, 40)])
-    assert index.capacity >= 2**20 and index.load_factor <= index.max_load
+    assert index.load_factor <= index.max_load
     assert len(index) == len(np.unique(keys)) == alloc.next
     np.testing.assert_array_equal(index.find(keys), slots)
     assert len(set(slots.tolist())) == len(index)
 
 
-def test_one_huge_batch_grows_once():
+def test_one_huge_batch_grows_once_to_fit_its_distinct_keys(rng):
+    keys = rng.permutation(np.tile(np.arange(100_000), 3))
     index = KeyIndex(capacity=8)
-    slots, _ = insert(index, np.arange(100_000))
-    np.testing.assert_array_equal(slots, np.arange(100_000))
-    assert index.capacity == 2**18  # 100k keys fit under 0.75 of 2^18, not of 2^17
+    slots, new = insert(index, keys)
+    _, first = np.unique(keys, return_index=True)
+    assert np.flatnonzero(new).tolist() == np.sort(first).tolist()
+    np.testing.assert_array_equal(slots[np.sort(first)], np.arange(100_000))
+    # Sized for the 100k distinct keys, not the 300k in the batch: room for GROWTH x them before the next rehash.
+    assert index.capacity == math.ceil(100_000 * GROWTH / index.max_load)
 
 
 def test_erase_then_reinsert():
@@ -146,7 +155,73 @@ def test_items_and_nbytes():
     index.claim(np.array([77]))  # claimed, never assigned: no slot to snapshot
     got = sorted(zip(*map(np.ndarray.tolist, map(np.concatenate, zip(*index.items(chunk=7))))))
     assert got == [(I64.min + 1, 0), (-5, 2), (5, 1)]
-    assert index.nbytes == (64 + 2) * 16
+    assert index.nbytes == (64 + 2) * 12  # int64 key, int32 slot
+
+
+def test_sentinel_zero_and_negative_keys_survive_growth_and_erase(rng):
+    special = np.array([I64.min, I64.min + 1, 0, -1, -7, I64.max, 1])
+    index, alloc = KeyIndex(capacity=8), Counter()
+
+    def insert_all(keys):
+        return index.insert_or_find(keys, alloc)[0]
+
+    np.testing.assert_array_equal(insert_all(special), np.arange(7))
+    bulk = rng.integers(I64.min, I64.max, 30_000)
+    bulk_slots = insert_all(bulk)
+    assert index.capacity > 30_000 and index.load_factor <= index.max_load  # rehashed many times
+    np.testing.assert_array_equal(index.find(special), np.arange(7))
+    np.testing.assert_array_equal(index.erase(np.array([I64.min, -1, I64.min + 1])), [0, 3, 1])
+    insert_all(rng.integers(I64.min, I64.max, 30_000))  # another rehash, with tombstones to drop
+    np.testing.assert_array_equal(index.find(special), [-1, -1, 2, -1, 4, 5, 6])
+    np.testing.assert_array_equal(index.find(bulk), bulk_slots)
+    np.testing.assert_array_equal(insert_all(np.array([-1, I64.min])), [alloc.next - 2, alloc.next - 1])
+    got = dict(zip(*map(np.ndarray.tolist, map(np.concatenate, zip(*index.items())))))
+    assert len(got) == len(index) and got[I64.min] == alloc.next - 1 and I64.min + 1 not in got and got[0] == 2
+
+
+def test_a_slot_outside_int32_is_refused_and_nothing_is_assigned():
+    index = KeyIndex(capacity=8)
+    pos, _ = index.claim(np.array([5, 6, I64.min]))
+    for bad in ([7, 2**31, 8], [7, -4, 8]):
+        with pytest.raises(StoreFullError, match=r"slots .* in \[0, 2147483647\].* at most 2\*\*31 rows; shard"):
+            index.assign(pos, np.array(bad))
+        np.testing.assert_array_equal(index.values_at(pos), [-1, -1, -1])
+    index.assign(pos, np.array([0, MAX_SLOT, 9]))
+    np.testing.assert_array_equal(index.find(np.array([6, 5, I64.min])), [MAX_SLOT, 0, 9])
+
+
+def test_index_and_allocator_stay_under_24_bytes_per_key():
+    """The budget of ``EmbeddingTable.stats()["index_allocator_bytes_per_key"]`` (the index plus the slab
+    allocator's own bytes, over keys) after every batch from 1e3 to 2e6 keys, so right after each growth too."""
+    index, alloc = KeyIndex(), SlabAllocator(HostTier(TierSpec(width=1, slab_rows=256, chunk_rows=256)))
+    n, growths, worst = 0, 0, 0.0
+    while n < 2_000_000:
+        fresh = np.arange(n, n + max(1000, n // 16), dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        fresh = fresh.view(np.int64)  # distinct (an odd multiplier is a bijection), both signs
+        batch = np.concatenate([fresh, fresh[::3], fresh[:n // 100]])  # repeats: a batch must not size for them
+        capacity = index.capacity
+        index.insert_or_find(batch, alloc.alloc)
+        n += fresh.size
+        assert len(index) == alloc.n_used == n
+        per_key = (index.nbytes + alloc.stats().overhead_bytes) / n
+        assert per_key <= 24, f"{per_key:.2f} bytes per key at {n} keys (capacity {index.capacity})"
+        growths += index.capacity > capacity
+        worst = max(worst, index.nbytes / n)
+    assert growths >= 15 and worst > 20  # it was measured right after growing, at the index's worst
+    np.testing.assert_array_equal(index.find(fresh), np.arange(n - fresh.size, n))
+
+
+def test_churn_keeps_the_table_sized_to_its_live_keys():
+    """Evicting as fast as inserting, as a bounded level does: each rehash drops the tombstones and sizes the
+    table to the live keys, so it neither grows without end nor costs more per key than growing does."""
+    index, alloc, bound = KeyIndex(capacity=8), Counter(), 20_000
+    for start in range(0, 200_000, 5_000):
+        if start >= bound:
+            index.erase(np.arange(start - bound, start - bound + 5_000))
+        index.insert_or_find(np.arange(start, start + 5_000), alloc)
+        assert index.nbytes / len(index) <= 12 * GROWTH / index.max_load + 0.01  # + the two side rows
+    assert len(index) == bound
+    np.testing.assert_array_equal(index.find(np.arange(180_000, 200_000)), np.arange(180_000, 200_000))
 
 
 def test_bad_max_load_is_refused():
@@ -154,11 +229,10 @@ def test_bad_max_load_is_refused():
         KeyIndex(max_load=1.0)
 
 
-def _fresh_entries(cap):
-    entries = np.full((cap + 2, 2), K.NO_SLOT, dtype=np.int64)
-    entries[:, 0] = K.EMPTY
-    entries[cap + 1, 0] = K.TOMB
-    return entries
+def _fresh_table(cap):
+    """The ``(keys, slots)`` arrays of an empty table, as ``KeyIndex`` lays them out."""
+    index = KeyIndex(capacity=cap, xp=np)
+    return index.keys, index.slots
 
 
 @SIM_WRAP
@@ -169,16 +243,16 @@ def test_cuda_claim_matches_cpu_with_concurrent_duplicates(rng, cap):
     only a GPU really races the CAS; here the lowest-index-wins marker is what a wrong kernel gets wrong."""
     keys = rng.choice(np.array(AWKWARD + [7, 8, 9, 10]), 600)  # 3 blocks, each key ~50 times a launch
     keys[-1] = 123456789
-    cpu, gpu = _fresh_entries(cap), _fresh_entries(cap)
+    cpu, (gpu_keys, gpu_slots) = _fresh_table(cap), _fresh_table(cap)
     n = keys.shape[0]
     pos_c, new_c = np.empty(n, np.int64), np.empty(n, np.bool_)
     pos_g, new_g = np.empty(n, np.int64), np.empty(n, np.bool_)
-    assert K.claim_cuda(gpu, keys, pos_g, new_g) == K.claim_cpu(cpu, keys, pos_c, new_c) == 11
+    assert K.claim_cuda(gpu_keys, gpu_slots, keys, pos_g, new_g) == K.claim_cpu(*cpu, keys, pos_c, new_c) == 11
     np.testing.assert_array_equal(new_g, new_c)
-    np.testing.assert_array_equal(gpu[pos_g, 0], keys)  # every key found its own row, side rows included
-    gpu[pos_g[new_g], 1] = np.arange(new_g.sum())
+    np.testing.assert_array_equal(gpu_keys[pos_g], keys)  # every key found its own row, side rows included
+    gpu_slots[pos_g[new_g]] = np.arange(new_g.sum())
     slots = np.empty(n, np.int64)
-    K.lookup_cuda(gpu, keys, True, slots)
+    K.lookup_cuda(gpu_keys, gpu_slots, keys, True, slots)
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     np.testing.assert_array_equal(slots, np.argsort(np.argsort(first))[inverse])  # slots in first-seen order
 
@@ -186,17 +260,38 @@ def test_cuda_claim_matches_cpu_with_concurrent_duplicates(rng, cap):
 @SIM_WRAP
 @pytest.mark.cudasim
 def test_cuda_lookup_of_absent_and_unassigned_keys():
-    entries = _fresh_entries(32)
+    keys_t, slots_t = _fresh_table(30)
     claimed = np.array([4, I64.min, 4, 5])
     pos, new = np.empty(4, np.int64), np.empty(4, np.bool_)
-    K.claim_cuda(entries, claimed, pos, new)
-    entries[pos[3], 1] = 9
+    K.claim_cuda(keys_t, slots_t, claimed, pos, new)
+    slots_t[pos[3]] = 9
     keys = np.array([4, I64.min, 5, 6, I64.min + 1])
     out = np.empty(5, np.int64)
-    K.lookup_cuda(entries, keys, True, out)
+    K.lookup_cuda(keys_t, slots_t, keys, True, out)
     np.testing.assert_array_equal(out, [-1, -1, 9, -1, -1])
-    K.lookup_cuda(entries, keys, False, out)
-    np.testing.assert_array_equal(out, [pos[0], 32, pos[3], -1, -1])
+    K.lookup_cuda(keys_t, slots_t, keys, False, out)
+    np.testing.assert_array_equal(out, [pos[0], 30, pos[3], -1, -1])
+
+
+@SIM_WRAP
+@pytest.mark.cudasim
+def test_cuda_rehash_matches_cpu(rng):
+    """Live rows move, tombstones and side rows do not, into a table of another (not power-of-two) capacity."""
+    index = KeyIndex(capacity=40, xp=np)
+    keys = np.concatenate([rng.integers(I64.min, I64.max, 24), [0, -1]])
+    index.insert_or_find(keys, Counter())
+    index.erase(keys[::4])
+    (ck, cs), (gk, gs) = _fresh_table(37), _fresh_table(37)
+    K.rehash_cpu(index.keys, index.slots, ck, cs)
+    K.rehash_cuda(index.keys, index.slots, gk, gs)
+    live = index.keys[index.slots >= 0]
+    assert sorted(gk[gs >= 0].tolist()) == sorted(ck[cs >= 0].tolist()) == sorted(live.tolist())
+    probe = np.concatenate([keys, rng.integers(I64.min, I64.max, 8)])
+    want, got = np.empty(probe.size, np.int64), np.empty(probe.size, np.int64)
+    K.lookup_cpu(ck, cs, probe, True, want)
+    K.lookup_cuda(gk, gs, probe, True, got)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(want, index.find(probe))
 
 
 @pytest.mark.gpu
