@@ -2,7 +2,11 @@
 data-parallel placements out, with its cost per rank (DESIGN.md, "Communication and sharding"; docs/sharding.md)."""
 from .cost import Memory, RankCost, rank_costs, shard_memory
 from .plan import Placement, Plan, Shard, owner_hash
+from .planner import PlanError, plan_tables
+from .presets import PRESETS, preset_tables
+from .report import format_report, imbalance
 from .spec import RankBudget, TableSpec
 
 __all__ = ["TableSpec", "RankBudget", "Memory", "RankCost", "shard_memory", "rank_costs", "Shard", "Placement",
-           "Plan", "owner_hash"]
+           "Plan", "owner_hash", "PlanError", "plan_tables", "PRESETS", "preset_tables", "format_report",
+           "imbalance"]

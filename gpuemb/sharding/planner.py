@@ -1,0 +1,250 @@
+"""The greedy planner: tables and per-rank budgets in, a ``Plan`` out, or a ``PlanError`` that says what to change.
+
+The rules, in order:
+
+1. Data-parallel: a table whose full replica (rows, index) is at most ``dp_max_bytes`` is copied to every rank, if
+   every rank's device has room (docs/sharding.md weighs its allreduce against the all-to-alls it saves).
+2. The rest go largest first (device bytes of the whole table), each onto the least loaded rank (``RankCost.load``,
+   bytes moved per step; ties go to the rank with less device memory in use):
+   - column-wise when asked for, or when ``dim >= COLUMN_MIN_DIM`` and ``rows <= COLUMN_MAX_ROWS``: the columns
+     split into ``min(W, dim, max(2, ceil(dim / COLUMN_WIDTH)))`` near-equal ranges on distinct ranks. Few rows
+     make the per-shard index cheap to repeat, and every shard sees every key, so hot keys cannot skew it;
+   - table-wise on the least loaded rank whose device holds it;
+   - row-wise, one shard per rank by key hash, when no rank's device holds it but every rank holds its share;
+   - then the same two again with tiers: a shard that does not fit a rank's device is homed in host memory, else
+     on ssd, under a device cache. The cache takes at least the unique rows of ``PREFETCH_BATCHES`` batches (the
+     batch being trained and the one prefetched) and at most ``cache_fraction`` of the rows, and while tables are
+     still to come it leaves each rank their mean device bytes, so an early cache cannot crowd the later tables
+     onto one rank. Once every table is placed, the device memory left on a rank grows its caches, up to
+     ``cache_fraction``.
+3. When none of these fits, ``PlanError`` names the table, its bytes and the budget, and lists what to change.
+"""
+import dataclasses
+import math
+
+from .cost import (CODEC_BYTES, HOMES, INDEX_BYTES, Memory, RankCost, human_bytes, placement_costs, row_bytes,
+                   shard_memory, unique_rows)
+from .plan import Placement, Plan, Shard
+from .spec import RankBudget, TableSpec
+
+COLUMN_MIN_DIM = 512
+COLUMN_MAX_ROWS = 1 << 20
+COLUMN_WIDTH = 128
+PREFETCH_BATCHES = 2
+
+
+class PlanError(ValueError):
+    """No placement fits the budgets; the message says what to change."""
+
+
+class _Ranks:
+    """The planner's running state: each rank's free memory and its cost so far."""
+
+    def __init__(self, budgets, batch_size, codec, cache_fraction):
+        self.budgets, self.batch_size, self.codec, self.cache_fraction = budgets, batch_size, codec, cache_fraction
+        self.W = len(budgets)
+        self.free = [Memory(b.device_bytes, b.host_bytes, b.ssd_bytes) for b in budgets]
+        self.cost = [RankCost() for _ in budgets]
+        self.reserve = 0  # device bytes per rank that caches leave for the tables still to come
+
+    def by_load(self):
+        """Ranks, least loaded first."""
+        return sorted(range(self.W), key=lambda r: (self.cost[r].load, self.cost[r].memory.device, r))
+
+    def commit(self, placement):
+        for r, c in enumerate(placement_costs(placement, self.W, self.batch_size, self.codec)):
+            self.cost[r] += c
+            self.free[r] -= c.memory
+        return placement
+
+    def fit(self, spec, rows, cols, share, rank, homes):
+        """``(home, cache_rows)`` of the first of ``homes`` where ``rows`` keys of ``cols`` columns fit ``rank``."""
+        free = self.free[rank]
+        for home in homes:
+            if home == "device":
+                if shard_memory(spec, rows, cols).fits(free):
+                    return "device", 0
+                continue
+            need = min(rows, math.ceil(PREFETCH_BATCHES * unique_rows(spec, share, rows, self.batch_size)))
+            want = min(rows, max(need, math.ceil(self.cache_fraction * rows)))
+            cache = max(need, min(want, int((free.device - self.reserve) // (row_bytes(spec, cols) + INDEX_BYTES))))
+            if shard_memory(spec, rows, cols, home, cache).fits(free):
+                return home, cache
+        return None
+
+
+def _tiered(shards):
+    """What a reason adds for shards homed below the device."""
+    below = [s for s in shards if s.home != "device"]
+    if not below:
+        return ""
+    homes = " and ".join(sorted({s.home for s in below}))
+    if len(shards) == 1:
+        return f", homed in {homes} under a device cache"
+    return f"; {len(below)} of its {len(shards)} shards homed in {homes} under device caches"
+
+
+def _data(st, spec):
+    mem = shard_memory(spec, spec.rows)
+    if not all(mem.fits(f) for f in st.free):
+        return None
+    shards = tuple(Shard(r, spec.rows, (0, spec.dim)) for r in range(st.W))
+    why = f"data-parallel: a {human_bytes(mem.device)} replica on every rank"
+    return st.commit(Placement(spec, "data", shards, why))
+
+
+def _least_loaded(st, spec, cols, homes, exclude=()):
+    """``(rank, home, cache_rows)`` for all rows of ``cols`` columns of ``spec``: a device home on any rank before a
+    cache on the least loaded one, and so on down ``homes``; None where no rank outside ``exclude`` has room."""
+    for home in homes:
+        for r in st.by_load():
+            fit = None if r in exclude else st.fit(spec, spec.rows, cols, 1.0, r, (home,))
+            if fit:
+                return (r, *fit)
+    return None
+
+
+def _table(st, spec, homes):
+    found = _least_loaded(st, spec, spec.dim, homes)
+    if found is None:
+        return None
+    shard = Shard(found[0], spec.rows, (0, spec.dim), *found[1:])
+    why = f"table-wise on rank {shard.rank}, the least loaded with room{_tiered([shard])}"
+    return st.commit(Placement(spec, "table", (shard,), why))
+
+
+def _row(st, spec, homes):
+    shards = []
+    for r in range(st.W):
+        rows = spec.rows // st.W + (r < spec.rows % st.W)
+        fit = st.fit(spec, rows, spec.dim, 1 / st.W, r, homes)
+        if not fit:
+            return None
+        shards.append(Shard(r, rows, (0, spec.dim), *fit, residue=r))
+    why = f"row-wise over {st.W} ranks by key hash: " + (
+        "as asked" if spec.sharding == "row" else
+        f"no rank has room for all {human_bytes(shard_memory(spec, spec.rows).device)}") + _tiered(shards)
+    return st.commit(Placement(spec, "row", tuple(shards), why))
+
+
+def _column(st, spec, why):
+    n = min(st.W, spec.dim, max(2, math.ceil(spec.dim / COLUMN_WIDTH)))
+    edges = [spec.dim * i // n for i in range(n + 1)]
+    shards = []
+    for a, b in zip(edges, edges[1:]):
+        found = _least_loaded(st, spec, b - a, HOMES, exclude={s.rank for s in shards})
+        if found is None:
+            return None
+        shards.append(Shard(found[0], spec.rows, (a, b), *found[1:]))
+    return st.commit(Placement(spec, "column", tuple(shards), f"column-wise in {n} shards: {why}{_tiered(shards)}"))
+
+
+def _place(st, spec):
+    kind, W = spec.sharding, st.W
+    wide = spec.dim >= COLUMN_MIN_DIM and spec.rows <= COLUMN_MAX_ROWS
+    if kind == "column" or (kind == "auto" and W > 1 and wide):
+        why = "as asked" if kind == "column" else f"dim {spec.dim} >= {COLUMN_MIN_DIM} with few rows"
+        placed = _column(st, spec, why)
+        if placed or kind == "column":
+            return placed
+    table_ok, row_ok = kind in ("auto", "table"), kind == "row" or (kind == "auto" and W > 1)
+    return ((table_ok and _table(st, spec, ("device",))) or (row_ok and _row(st, spec, ("device",)))
+            or (table_ok and _table(st, spec, ("host", "ssd"))) or (row_ok and _row(st, spec, HOMES)) or None)
+
+
+def _grow_caches(st, placement):
+    """``placement`` with the caches of its shards grown into their rank's free device memory, up to
+    ``cache_fraction`` of their rows."""
+    shards = []
+    for s in placement.shards:
+        if s.home != "device":
+            per_row = row_bytes(placement.table, s.cols[1] - s.cols[0]) + INDEX_BYTES
+            more = min(math.ceil(st.cache_fraction * s.rows) - s.cache_rows, int(st.free[s.rank].device // per_row))
+            if more > 0:
+                st.free[s.rank] -= Memory(device=more * per_row)
+                s = dataclasses.replace(s, cache_rows=s.cache_rows + more)
+        shards.append(s)
+    return dataclasses.replace(placement, shards=tuple(shards))
+
+
+def _remedies(st, spec, tables):
+    """What could make ``spec`` fit, for the PlanError."""
+    W, budgets = st.W, st.budgets
+    need = sum(shard_memory(t, t.rows).device for t in tables)
+    per_rank = max(b.device_bytes + b.host_bytes + b.ssd_bytes for b in budgets)
+    share = shard_memory(spec, math.ceil(spec.rows / W)).device
+    roomiest = max(range(W), key=lambda r: st.free[r].device)
+    out = [f"more ranks (all {len(tables)} tables need about {human_bytes(need)} on device: "
+           f"{max(W + 1, math.ceil(need / per_rank))} or more ranks of this budget)",
+           f"a larger budget (row-wise this table needs {human_bytes(share)} of device per rank; the roomiest, rank "
+           f"{roomiest}, has {human_bytes(st.free[roomiest].device)} left)"]
+    if not any(b.host_bytes or b.ssd_bytes for b in budgets):
+        out.append("a host or ssd tier (RankBudget host_bytes or ssd_bytes), so a device cache holds only the "
+                   "hot rows")
+    if spec.dim > 1:
+        smaller = dataclasses.replace(spec, dim=spec.dim // 2)
+        out.append(f"a smaller dim (dim {smaller.dim}: {human_bytes(shard_memory(smaller, spec.rows).device)})")
+    if spec.itemsize > 2:
+        half = dataclasses.replace(spec, dtype="float16")
+        out.append(f"fp16 rows (dtype='float16': {human_bytes(shard_memory(half, spec.rows).device)})")
+    if spec.sharding != "auto":
+        out.append(f"sharding='auto' instead of {spec.sharding!r}")
+    return out
+
+
+def _fail(st, spec, tables):
+    device, host, ssd = (human_bytes(sum(getattr(b, f) for b in st.budgets))
+                         for f in ("device_bytes", "host_bytes", "ssd_bytes"))
+    return PlanError(
+        f"cannot place table {spec.name!r} ({spec.rows} rows x dim {spec.dim}, {spec.rule}, {spec.dtype}: "
+        f"{human_bytes(shard_memory(spec, spec.rows).device)} with the store's per-key overhead, sharding="
+        f"{spec.sharding!r}) in {st.W} ranks' budget of {device} device, {host} host and {ssd} ssd in all "
+        f"({human_bytes(sum(f.device for f in st.free))} device still free after the larger tables). "
+        "Change one of: " + "; ".join(_remedies(st, spec, tables)))
+
+
+def _check(tables, budgets, batch_size, codec, dp_max_bytes, cache_fraction):
+    def fail(message):
+        raise ValueError(f"plan_tables: {message}")
+
+    if not tables or not all(isinstance(t, TableSpec) for t in tables):
+        fail("tables must be a non-empty list of TableSpec")
+    names = [t.name for t in tables]
+    if len(set(names)) != len(names):
+        fail(f"table names repeat ({sorted(n for n in set(names) if names.count(n) > 1)}); give each a unique name")
+    if not budgets or not all(isinstance(b, RankBudget) for b in budgets):
+        fail("budgets must be a non-empty list of RankBudget, one per rank")
+    if not isinstance(batch_size, int) or batch_size < len(budgets):
+        fail(f"batch_size={batch_size!r}; use an int >= the {len(budgets)} ranks (samples per step, all ranks)")
+    if codec not in CODEC_BYTES:
+        fail(f"codec={codec!r}; use one of {', '.join(CODEC_BYTES)}")
+    if not isinstance(dp_max_bytes, (int, float)) or dp_max_bytes < 0:
+        fail(f"dp_max_bytes={dp_max_bytes!r}; use bytes >= 0 (0 turns data-parallel off)")
+    if not (isinstance(cache_fraction, (int, float)) and 0 < cache_fraction <= 1):
+        fail(f"cache_fraction={cache_fraction!r}; use a number in (0, 1]")
+
+
+def plan_tables(tables, budgets, batch_size=65536, codec="fp32", dp_max_bytes=1 << 20, cache_fraction=0.25):
+    """A ``Plan`` of ``tables`` (TableSpecs) over ranks with ``budgets`` (one RankBudget each), for steps of
+    ``batch_size`` samples over all ranks whose embedding all-to-alls use ``codec``; see the module docstring."""
+    tables, budgets = list(tables), tuple(budgets)
+    _check(tables, budgets, batch_size, codec, dp_max_bytes, cache_fraction)
+    st = _Ranks(budgets, batch_size, codec, cache_fraction)
+    placed, rest = {}, []
+    for t in tables:
+        small = t.sharding == "auto" and shard_memory(t, t.rows).device <= dp_max_bytes
+        p = _data(st, t) if t.sharding == "data" or small else None
+        if p:
+            placed[t.name] = p
+        elif t.sharding == "data":
+            raise _fail(st, t, tables)
+        else:
+            rest.append(t)
+    pending = {t.name: shard_memory(t, t.rows).device for t in rest}
+    for t in sorted(rest, key=lambda t: (-pending[t.name], t.name)):
+        del pending[t.name]
+        st.reserve = sum(pending.values()) / st.W
+        placed[t.name] = _place(st, t)
+        if placed[t.name] is None:
+            raise _fail(st, t, tables)
+    return Plan(budgets, tuple(_grow_caches(st, placed[t.name]) for t in tables), batch_size, codec)

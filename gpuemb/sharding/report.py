@@ -1,0 +1,56 @@
+"""A plan as a person reads it: per rank, memory per tier and bytes per step; per table, where it went and why.
+
+Load is ``RankCost.load``, the bytes a rank moves per step (store lookups and the bytes it sends); the imbalance
+ratio is max / mean over ranks, 1.0 when perfectly balanced. Memory is in decimal GB, traffic in MB per step.
+"""
+from .cost import rank_costs
+
+
+def imbalance(values):
+    """max / mean of ``values``: 1.0 is perfect balance (all zeros counts as balanced)."""
+    values = list(values)
+    mean = sum(values) / len(values)
+    return max(values) / mean if mean > 0 else 1.0
+
+
+def _table(header, rows, left=(0,)):
+    """Rows of cells as aligned text: columns ``left`` left-aligned (names, words), the rest right-aligned."""
+    cells = [header] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+            for row in cells]
+
+
+def _ranks_of(p):
+    ranks = sorted(s.rank for s in p.shards)
+    return "all" if p.kind in ("row", "data") else ",".join(map(str, ranks))
+
+
+def rank_rows(plan):
+    """One row per rank: memory per tier (GB), shards, and bytes per step (MB)."""
+    rows = []
+    for r, (c, b) in enumerate(zip(rank_costs(plan), plan.budgets)):
+        m = c.memory
+        rows.append([r, f"{m.device / 1e9:.2f}", f"{b.device_bytes / 1e9:.2f}", f"{m.host / 1e9:.2f}",
+                     f"{m.ssd / 1e9:.2f}", f"{m.host_meta / 1e9:.2f}", c.shards, f"{c.lookup / 1e6:.1f}",
+                     f"{c.a2a_fwd / 1e6:.1f}", f"{c.a2a_bwd / 1e6:.1f}", f"{c.allreduce / 1e6:.1f}",
+                     f"{c.load / 1e6:.1f}"])
+    return rows
+
+
+def format_report(plan):
+    """The plan as text: a table per rank, the imbalance ratios, and a line per table."""
+    costs = rank_costs(plan)
+    W, B = plan.world_size, plan.batch_size
+    lines = [f"sharding plan: {len(plan.placements)} tables on {W} ranks, batch {B} ({B / W:g} a rank), "
+             f"codec {plan.codec}", "", "per rank: memory in GB, bytes per step in MB"]
+    lines += _table(["rank", "device", "of", "host", "ssd", "host meta", "shards", "lookup", "a2a fwd", "a2a bwd",
+                     "allreduce", "load"], rank_rows(plan))
+    lines += ["", f"imbalance (max/mean): load {imbalance(c.load for c in costs):.2f}, "
+                  f"device memory {imbalance(c.memory.device for c in costs):.2f}", "", "tables:"]
+    lines += _table(["table", "rows", "dim", "kind", "ranks", "home", "cache rows", "reason"],
+                    [[p.table.name, p.table.rows, p.table.dim, p.kind, _ranks_of(p),
+                      "+".join(sorted({s.home for s in p.shards})),
+                      sum(s.cache_rows for s in p.shards) or "-", p.reason] for p in plan.placements],
+                    left=(0, 3, 4, 5, 7))
+    return "\n".join(lines)

@@ -1,0 +1,38 @@
+"""The report: the imbalance ratio, and a per-rank table whose numbers are the cost model's."""
+import re
+
+import pytest
+
+from gpuemb.sharding.cost import rank_costs
+from gpuemb.sharding.planner import plan_tables
+from gpuemb.sharding.report import format_report, imbalance
+from gpuemb.sharding.spec import RankBudget, TableSpec
+
+
+def test_imbalance_is_max_over_mean(rng):
+    assert imbalance([1, 2, 3]) == 1.5
+    assert imbalance([4, 4]) == 1.0 and imbalance([0, 0, 0]) == 1.0
+    v = rng.uniform(1, 10, 7)
+    assert imbalance(iter(v)) == pytest.approx(v.max() / v.mean())
+
+
+def test_report_shows_each_rank_and_table():
+    tables = [TableSpec("user", 3_000_000, 64), TableSpec("item", 200_000, 64, pooling="mean"),
+              TableSpec("wide", 5_000, 512), TableSpec("tiny", 30, 16)]
+    plan = plan_tables(tables, [RankBudget(500_000_000, 4 * 10 ** 9)] * 3, batch_size=3000, codec="int8")
+    text = format_report(plan)
+    costs = rank_costs(plan)
+    assert text.startswith("sharding plan: 4 tables on 3 ranks, batch 3000 (1000 a rank), codec int8")
+    ranks = re.findall(r"^(\d+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +(\d+) +([\d.]+) +([\d.]+) +"
+                       r"([\d.]+) +([\d.]+) +([\d.]+)$", text, re.M)
+    assert [int(r[0]) for r in ranks] == [0, 1, 2]
+    for row, c in zip(ranks, costs):
+        assert float(row[1]) == pytest.approx(c.memory.device / 1e9, abs=0.006)
+        assert float(row[3]) == pytest.approx(c.memory.host / 1e9, abs=0.006)
+        assert int(row[6]) == c.shards and float(row[11]) == pytest.approx(c.load / 1e6, abs=0.06)
+    ratio = re.search(r"imbalance \(max/mean\): load ([\d.]+), device memory ([\d.]+)", text)
+    assert float(ratio[1]) == pytest.approx(imbalance(c.load for c in costs), abs=0.006)
+    assert float(ratio[2]) == pytest.approx(imbalance(c.memory.device for c in costs), abs=0.006)
+    for p in plan.placements:
+        assert re.search(rf"^{p.table.name} +{p.table.rows} +{p.table.dim} +{p.kind} ", text, re.M)
+        assert p.reason in text
