@@ -1,0 +1,87 @@
+"""tools/plan.py as a user runs it: exit codes, one-line errors, the report, the JSON and a config file."""
+import importlib.util
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from gpuemb.sharding.plan import Plan
+
+PLAN = pathlib.Path(__file__).resolve().parents[2] / "tools" / "plan.py"
+
+
+def run(*args):
+    return subprocess.run([sys.executable, str(PLAN), *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def tool():
+    """The script as a module, for the cases that need no subprocess; it sets GPUEMB_DEVICE, so that is undone."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GPUEMB_DEVICE", "auto")
+        spec = importlib.util.spec_from_file_location("plan_tool", PLAN)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+
+
+def test_criteo_1tb_on_8_ranks_of_80gb(tmp_path):
+    out = run("--preset", "criteo-1tb", "--world-size", "8", "--device-gb", "80", "--codec", "int8",
+              "--json", str(tmp_path / "plan.json"))
+    assert out.returncode == 0, out.stderr
+    assert re.findall(r"^(\d) +[\d.]+ +80.00 ", out.stdout, re.M) == [str(r) for r in range(8)]
+    assert len(re.findall(r"^C\d+ ", out.stdout, re.M)) == 26 and "imbalance (max/mean): load" in out.stdout
+    plan = Plan.from_json((tmp_path / "plan.json").read_text())
+    assert plan.world_size == 8 and plan.codec == "int8" and plan.placement("C20").table.rows == 48937457
+
+
+def test_bad_input_is_one_line_and_exit_2():
+    out = run("--preset", "criteo-1tb", "--world-size", "0")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == "plan.py: --world-size must be at least 1, got 0\n"
+
+
+def test_no_fit_is_one_line_and_exit_1():
+    out = run("--preset", "criteo-1tb", "--device-gb", "5")
+    assert out.returncode == 1 and len(out.stderr.splitlines()) == 1
+    assert "cannot place table 'C1'" in out.stderr and "a host or ssd tier" in out.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "one of the arguments --preset --config is required"),
+    (["--preset", "avazu"], "invalid choice: 'avazu'"),
+    (["--preset", "criteo-1tb", "--config", "t.json"], "not allowed with argument"),
+    (["--preset", "criteo-1tb", "--device-gb", "-1"], "--device-gb must be positive, got -1.0"),
+    (["--preset", "criteo-1tb", "--host-gb", "nan"], "--host-gb must be >= 0, got nan"),
+    (["--preset", "criteo-1tb", "--codec", "fp8"], "invalid choice: 'fp8'"),
+    (["--preset", "criteo-1tb", "--dim", "0"], "TableSpec('C1'): dim=0; use an int >= 1"),
+    (["--preset", "criteo-1tb", "--batch-size", "4"], "batch_size=4; use an int >= the 8 ranks"),
+    (["--config", "t.json", "--dim", "64"], "--dim, --dtype and --rule shape a --preset"),
+    (["--config", "missing.json"], "No such file or directory: 'missing.json'"),
+])
+def test_bad_flags(tool, capsys, args, message):
+    try:
+        code = tool.main(args)
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith("plan.py: ")
+    assert message in err
+
+
+def test_config_file(tool, capsys, tmp_path):
+    tables = [{"name": "user", "rows": 2_000_000, "dim": 32, "pooling": "mean"},
+              {"name": "item", "rows": 30_000, "dim": 32, "lookups_per_sample": 5.0, "rule": "AdamRule"}]
+    (tmp_path / "t.json").write_text(json.dumps({"tables": tables}))
+    assert tool.main(["--config", str(tmp_path / "t.json"), "--world-size", "2", "--device-gb", "1"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^user +2000000 +32 +table ", out, re.M) and re.search(r"^item +30000 ", out, re.M)
+    (tmp_path / "bad.json").write_text(json.dumps([{"name": "user", "rows": 10, "dims": 32}]))
+    assert tool.main(["--config", str(tmp_path / "bad.json")]) == 2
+    assert "unexpected keyword argument 'dims'" in capsys.readouterr().err
+    (tmp_path / "odd.json").write_text("[1, 2]")
+    assert tool.main(["--config", str(tmp_path / "odd.json")]) == 2
+    assert "want a list of tables" in capsys.readouterr().err

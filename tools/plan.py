@@ -1,0 +1,108 @@
+"""Print a sharding plan: which rank holds which embedding table, each rank's memory and bytes per step.
+
+    python tools/plan.py --preset criteo-1tb --world-size 8 --device-gb 80
+    python tools/plan.py --preset criteo-1tb --world-size 8 --device-gb 10 --host-gb 200 --codec int8
+    python tools/plan.py --config tables.json --world-size 4 --device-gb 40 --json plan.json
+
+A ``--config`` file is JSON: a list of tables, or ``{"tables": [...]}``, each with the fields of
+``gpuemb.sharding.TableSpec`` (``name``, ``rows``, ``dim``, and optionally ``lookups_per_sample``, ``pooling``,
+``dtype``, ``rule``, ``sharding``). Sizes are decimal GB. Exit status: 0 with a plan; 1 when no plan fits (the
+line says what to change); 2 on bad flags or a bad config file (one line).
+"""
+import argparse
+import json
+import os
+import sys
+
+# Planning is arithmetic: it must also run on a login node without a GPU, whatever GPUEMB_DEVICE says.
+os.environ["GPUEMB_DEVICE"] = "cpu"
+
+from gpuemb.sharding.cost import CODEC_BYTES  # noqa: E402
+from gpuemb.sharding.planner import PlanError, plan_tables  # noqa: E402
+from gpuemb.sharding.presets import PRESETS, preset_tables  # noqa: E402
+from gpuemb.sharding.report import format_report  # noqa: E402
+from gpuemb.sharding.spec import RankBudget, TableSpec  # noqa: E402
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"plan.py: {message}\n")
+
+
+def parse_args(argv):
+    p = _OneLineParser(description=__doc__.splitlines()[0])
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--preset", choices=sorted(PRESETS), help="a built-in list of tables")
+    source.add_argument("--config", metavar="FILE.json", help="tables from a JSON file")
+    p.add_argument("--world-size", type=int, default=8, help="ranks (default 8)")
+    p.add_argument("--device-gb", type=float, default=80.0, help="device memory per rank for tables (default 80)")
+    p.add_argument("--host-gb", type=float, default=0.0, help="host memory per rank for table rows (default 0)")
+    p.add_argument("--ssd-gb", type=float, default=0.0, help="ssd space per rank (default 0)")
+    p.add_argument("--dim", type=int, help="a preset's embedding dim (default 128)")
+    p.add_argument("--dtype", help="a preset's row dtype (default float32)")
+    p.add_argument("--rule", help="a preset's row update rule (default RowwiseAdagradRule)")
+    p.add_argument("--batch-size", type=int, default=65536, help="samples per step over all ranks (default 65536)")
+    p.add_argument("--codec", choices=sorted(CODEC_BYTES), default="fp32", help="all-to-all codec (default fp32)")
+    p.add_argument("--dp-max-bytes", type=int, default=1 << 20,
+                   help="tables up to this size are replicated on every rank (default 1048576)")
+    p.add_argument("--cache-fraction", type=float, default=0.25,
+                   help="device cache of a shard homed in host or ssd, as a share of its rows (default 0.25)")
+    p.add_argument("--json", metavar="OUT", help="also write the plan as JSON to OUT")
+    args = p.parse_args(argv)
+    if args.world_size < 1:
+        p.error(f"--world-size must be at least 1, got {args.world_size}")
+    if not args.device_gb > 0:
+        p.error(f"--device-gb must be positive, got {args.device_gb}")
+    for name in ("host_gb", "ssd_gb"):
+        if not getattr(args, name) >= 0:
+            p.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.config and any(v is not None for v in (args.dim, args.dtype, args.rule)):
+        p.error("--dim, --dtype and --rule shape a --preset; a --config file gives each table's own")
+    return args
+
+
+def load_tables(path):
+    """TableSpecs from a JSON config file (see the module docstring)."""
+    with open(path) as f:
+        d = json.load(f)
+    tables = d.get("tables") if isinstance(d, dict) else d
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise ValueError(f"{path}: want a list of tables or {{\"tables\": [...]}}, each an object with name, rows "
+                         "and dim")
+    try:
+        return [TableSpec(**t) for t in tables]
+    except TypeError as e:  # an unknown or missing field
+        raise ValueError(f"{path}: {e}; a table has the fields name, rows, dim, lookups_per_sample, pooling, "
+                         "dtype, rule, sharding") from e
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        if args.config:
+            tables = load_tables(args.config)
+        else:
+            shape = {k: v for k, v in (("dim", args.dim), ("dtype", args.dtype), ("rule", args.rule)) if v is not None}
+            tables = preset_tables(args.preset, **shape)
+        budget = RankBudget(int(args.device_gb * 1e9), int(args.host_gb * 1e9), int(args.ssd_gb * 1e9))
+        plan = plan_tables(tables, [budget] * args.world_size, args.batch_size, args.codec, args.dp_max_bytes,
+                           args.cache_fraction)
+    except PlanError as e:
+        print(f"plan.py: {e}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as e:
+        print(f"plan.py: {e}", file=sys.stderr)
+        return 2
+    print(format_report(plan))
+    if args.json:
+        try:
+            with open(args.json, "w") as f:
+                f.write(plan.to_json() + "\n")
+        except OSError as e:
+            print(f"plan.py: cannot write --json {args.json}: {e}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
