@@ -30,8 +30,8 @@ def owner_hash(keys):
     """The non-negative 63-bit hash of int64 ``keys`` that picks their row-wise shard.
 
     It is ``io.hashing``'s splitmix64 mix with a slot of its own. It must differ from the key index's probe hash
-    (splitmix64's finaliser of the bare key): with the same hash, every key of rank ``r`` would share its low bits
-    and crowd into 1/W of that rank's index.
+    (splitmix64's finaliser of the bare key): with the same hash, the keys of rank ``r`` would agree in the bits
+    that chose their owner and crowd into part of that rank's index.
     """
     return mix_array(np.ascontiguousarray(keys, np.int64).view(np.uint64), OWNER_SLOT)
 
