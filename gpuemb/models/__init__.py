@@ -4,9 +4,16 @@ Every model maps ``(dense [B, n_dense], sparse [B, F])`` to logits ``[B]`` (``[B
 ``embed(sparse)`` and ``head(dense, *embedded)``; docs/models.md lists them with their hyperparameters.
 """
 from .base import RecModel
+from .dcn import DCNv2
+from .deepfm import DeepFM
 from .dlrm import DLRM
+from .mmoe import MMoE
+from .pnn import PNN
+from .wide_deep import WideDeep
+from .xdeepfm import XDeepFM
 
-MODELS = {"dlrm": DLRM}
+MODELS = {"dlrm": DLRM, "dcn": DCNv2, "deepfm": DeepFM, "xdeepfm": XDeepFM, "pnn": PNN, "wide_deep": WideDeep,
+          "mmoe": MMoE}
 
 
 def build(name, n_dense, tables, seed=0, **hyper):
@@ -20,4 +27,4 @@ def build(name, n_dense, tables, seed=0, **hyper):
     return MODELS[name](n_dense, tables, seed, **hyper)
 
 
-__all__ = ["MODELS", "build", "RecModel", "DLRM"]
+__all__ = ["MODELS", "build", "RecModel", "DLRM", "DCNv2", "DeepFM", "XDeepFM", "PNN", "WideDeep", "MMoE"]

@@ -6,7 +6,6 @@ the store. The models' own files hold only their ``__init__`` and ``head``.
 """
 import dataclasses
 import os
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -82,10 +81,6 @@ class RecModel(Module):
         return tables
 
     # -- helpers for subclasses ---------------------------------------------------------------------------------
-    def settings(self):
-        """The hyperparameters as attributes: ``self.settings().top``."""
-        return SimpleNamespace(**self.hyper)
-
     def next_seed(self):
         """A fresh child seed of the model's seed, for the next layer built."""
         return int(self._seeds.spawn(1)[0].generate_state(1, np.uint64)[0])
@@ -102,6 +97,15 @@ class RecModel(Module):
             self.fail(key, value, "use a " + ("" if allow_empty else "non-empty ")
                       + "tuple of layer widths, each an int >= 1")
         return tuple(int(v) for v in value)
+
+    def integer(self, key, low, allow_none=False):
+        """Hyperparameter ``key`` as an int >= ``low`` (or None where that is allowed), checked."""
+        value = self.hyper[key]
+        if value is None and allow_none:
+            return None
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+            self.fail(key, value, f"use an int >= {low}" + (" or None" if allow_none else ""))
+        return int(value)
 
     def probability(self, key):
         value = self.hyper[key]

@@ -29,9 +29,10 @@ class DLRM(RecModel):
         if self.n_dense < 1:
             raise ValueError("DLRM: n_dense=0; its bottom MLP needs dense features. For data without dense "
                              "features use a model that takes none, such as 'dcn', 'deepfm' or 'wide_deep'")
-        h = self.settings()
         D, F = self.embeddings.dim, self.embeddings.n_features
-        self.self_interaction = bool(h.self_interaction)
+        self.self_interaction = self.hyper["self_interaction"]
+        if not isinstance(self.self_interaction, bool):
+            self.fail("self_interaction", self.self_interaction, "use True or False")
         width = output_width(F, D, self.self_interaction, PAD_TO)
         self.bottom = MLP([self.n_dense, *self.sizes("bottom"), D], last_activation="relu", seed=self.next_seed())
         self.top = MLP([width, *self.sizes("top"), 1], dropout=self.probability("dropout"), seed=self.next_seed())

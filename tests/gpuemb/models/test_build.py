@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from gpuemb.autograd import no_grad
+from gpuemb.autograd import Tensor, no_grad
+from gpuemb.kernels.embedding_bag import EmbeddingBagFunction
 from gpuemb.models import MODELS, build
 from gpuemb.store.collection import EmbeddingCollection
 from gpuemb.store.options import StoreOptions
@@ -20,6 +21,31 @@ def test_logits_per_task(name, make_tables, rng):
     y = model(*batch(rng))
     assert y.shape == ((B,) if model.n_tasks == 1 else (B, model.n_tasks))
     assert y.requires_grad and np.all(np.isfinite(y.numpy())) and np.std(y.numpy()) > 0
+
+
+def graph_leaves(y):
+    """The leaf Tensors that require a gradient in the tape behind ``y``, but for the tables' gathered rows."""
+    leaves, seen, stack = {}, set(), [y.creator]
+    while stack:
+        fn = stack.pop()
+        if id(fn) in seen or isinstance(fn, EmbeddingBagFunction):
+            continue
+        seen.add(id(fn))
+        for x in fn.inputs:
+            if isinstance(x, Tensor) and x.requires_grad:
+                if x.creator is None:
+                    leaves[id(x)] = x
+                else:
+                    stack.append(x.creator)
+    return leaves
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_trainable_tensor_is_a_parameter(name, make_tables, rng):
+    """A weight kept where the attribute walk cannot see it (say, a list of Tensors) would never be trained."""
+    model = build(name, N_DENSE, make_tables(F, D))
+    y = model(*batch(rng))
+    assert set(graph_leaves(y)) == {id(p) for p in model.parameters()}
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -80,14 +106,56 @@ def test_unknown_model_and_bad_tables(make_tables):
         build("dlrm", -1, make_tables(F, D))
 
 
-@pytest.mark.parametrize("hyper, message", [
-    ({"top": (64, 0)}, r"DLRM: top=\(64, 0\); use a tuple of layer widths"),
-    ({"bottom": 64}, "DLRM: bottom=64; use a tuple of layer widths"),
-    ({"dropout": 1.0}, r"DLRM: dropout=1.0; use a dropout probability in \[0, 1\)"),
+@pytest.mark.parametrize("name, hyper, message", [
+    ("dlrm", {"top": (64, 0)}, r"DLRM: top=\(64, 0\); use a tuple of layer widths"),
+    ("dlrm", {"bottom": 64}, "DLRM: bottom=64; use a tuple of layer widths"),
+    ("dlrm", {"dropout": 1.0}, r"DLRM: dropout=1.0; use a dropout probability in \[0, 1\)"),
+    ("dlrm", {"self_interaction": "yes"}, "DLRM: self_interaction='yes'; use True or False"),
+    ("dcn", {"structure": "mixed"}, "DCNv2: structure='mixed'; use one of stacked, parallel"),
+    ("dcn", {"rank": 0}, "DCNv2: rank=0; use an int >= 1 or None"),
+    ("dcn", {"n_cross": 0}, "DCNv2: n_cross=0; use an int >= 1"),
+    ("deepfm", {"deep": [64, -1]}, r"DeepFM: deep=\[64, -1\]; use a tuple of layer widths"),
+    ("xdeepfm", {"cin": ()}, r"XDeepFM: cin=\(\); use a non-empty tuple of layer widths"),
+    ("pnn", {"dropout": -0.1}, "PNN: dropout=-0.1; use a dropout probability"),
+    ("wide_deep", {"deep": (8.5,)}, r"WideDeep: deep=\(8.5,\); use a tuple of layer widths"),
+    ("mmoe", {"n_tasks": 0}, "MMoE: n_tasks=0; use an int >= 1"),
+    ("mmoe", {"expert": ()}, r"MMoE: expert=\(\); use a non-empty tuple of layer widths"),
 ])
-def test_bad_dlrm_hyperparameters(hyper, message, make_tables):
+def test_bad_hyperparameters_name_the_model_the_key_and_what_to_use(name, hyper, message, make_tables):
     with pytest.raises(ValueError, match=message):
-        build("dlrm", N_DENSE, make_tables(F, D), **hyper)
+        build(name, N_DENSE, make_tables(F, D), **hyper)
+
+
+def test_pnn_needs_two_fields(make_tables):
+    with pytest.raises(ValueError, match="PNN: 1 field; its products need at least two"):
+        build("pnn", 0, make_tables(1, D))
+    assert build("pnn", 1, make_tables(1, D)).deep.layers[0].weight.shape == (256, 2 * D + 1)
+
+
+def test_dcn_forms_and_structures(make_tables):
+    d = F * D + N_DENSE
+    full = build("dcn", N_DENSE, make_tables(F, D), n_cross=2)
+    assert [layer.weight.shape for layer in full.cross] == [(d, d)] * 2 and full.deep.layers[0].weight.shape[1] == d
+    low = build("dcn", N_DENSE, make_tables(F, D), rank=3, structure="parallel", deep=(16,))
+    assert [(layer.u.shape, layer.v.shape) for layer in low.cross] == [((d, 3), (d, 3))] * 3
+    assert low.out.weight.shape == (1, d + 16)
+
+
+def test_mmoe_tasks_and_experts(make_tables, rng):
+    model = build("mmoe", N_DENSE, make_tables(F, D), n_tasks=3, n_experts=5, expert=(12, 6), tower=())
+    assert model.n_tasks == 3 and len(model.experts) == 5 and len(model.towers) == 3
+    assert model.gates[0].weight.shape == (5, F * D + N_DENSE) and model.towers[0].layers[0].weight.shape == (1, 6)
+    with no_grad():
+        assert model(*batch(rng)).shape == (B, 3)
+        assert build("mmoe", N_DENSE, make_tables(F, D), n_tasks=1)(*batch(rng)).shape == (B,)
+
+
+@pytest.mark.parametrize("name", sorted(set(MODELS) - {"dlrm"}))
+def test_data_without_dense_features(name, make_tables, rng):
+    model = build(name, 0, make_tables(F, D))
+    dense, sparse = batch(rng, n_dense=0)
+    model(dense, sparse).sum().backward()  # the backward runs the tables' row updates too
+    assert all(p.grad is not None for p in model.parameters())
 
 
 def test_dlrm_needs_dense_features(make_tables):
