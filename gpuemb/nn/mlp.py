@@ -18,6 +18,8 @@ class MLP(Module):
     training call.
     """
 
+    extra_state_names = ("step",)  # with the seed, the step fixes every later dropout mask
+
     def __init__(self, sizes, dropout=0.0, last_activation=None, seed=0, dtype=np.float32):
         sizes = [int(s) for s in sizes]
         if len(sizes) < 2:

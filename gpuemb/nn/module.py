@@ -4,6 +4,11 @@ A module's parameters are the Tensors that require a gradient among its attribut
 attributes that are Modules, or lists and tuples of them. Both are found by walking the attributes when asked,
 in the order they were assigned, so there is no registration step to forget. Names are dotted paths, as in
 torch: ``layers.0.weight``.
+
+State that is not a parameter but that a resumed run needs (a counter such as the dropout step, which is the
+state of a counter-based random stream) is a module's *extra state*: ``extra_state()`` returns it as plain
+Python values and ``load_extra_state()`` puts it back; ``extra_states()`` gathers it from a whole tree of
+modules by dotted module name, for a checkpoint.
 """
 import numpy as np
 
@@ -15,6 +20,7 @@ class Module:
     """Parameters and sub-modules by attribute, train/eval mode, and state dicts of NumPy arrays."""
 
     training = True
+    extra_state_names = ()  # attributes that a resume needs but that are not parameters, e.g. ("step",)
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} has no forward")
@@ -37,6 +43,12 @@ class Module:
         yield self
         for _, child in self.named_children():
             yield from child.modules()
+
+    def named_modules(self, prefix=""):
+        """(dotted name, module) of this module (named ``prefix``, "" at the top) and every module below it."""
+        yield prefix, self
+        for name, child in self.named_children():
+            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
 
     def named_parameters(self, prefix=""):
         """(dotted name, Tensor) of every parameter of this module and those below it."""
@@ -65,6 +77,33 @@ class Module:
     def state_dict(self):
         """name -> a NumPy copy of each parameter."""
         return {name: to_host(p.data).copy() for name, p in self.named_parameters()}
+
+    def extra_state(self):
+        """This module's non-parameter state: ``{name: value}`` of the attributes in ``extra_state_names``."""
+        return {name: getattr(self, name) for name in self.extra_state_names}
+
+    def load_extra_state(self, state):
+        """Restore what ``extra_state()`` returned; the names must be this module's ``extra_state_names``."""
+        if sorted(state) != sorted(self.extra_state_names):
+            raise KeyError(f"load_extra_state into {type(self).__name__}: got {sorted(state)}, it keeps "
+                           f"{sorted(self.extra_state_names)}; load the state into the model it was saved from")
+        for name, value in state.items():
+            setattr(self, name, value)
+
+    def extra_states(self):
+        """``{dotted module name: extra_state()}`` of every module here and below that has any ("" is this one)."""
+        return {name: state for name, m in self.named_modules() if (state := m.extra_state())}
+
+    def load_extra_states(self, states):
+        """Restore what ``extra_states()`` returned; the modules that have extra state must be the same."""
+        modules = dict(self.named_modules())
+        have = {name for name, m in modules.items() if m.extra_state()}
+        missing, unexpected = sorted(have - states.keys()), sorted(states.keys() - have)
+        if missing or unexpected:
+            raise KeyError(f"load_extra_states into {type(self).__name__}: missing {missing}, unexpected "
+                           f"{unexpected}")
+        for name, state in states.items():
+            modules[name].load_extra_state(state)
 
     def load_state_dict(self, state):
         """Copy arrays into the parameters of the same names, in place and on their device; all must match."""
