@@ -1,0 +1,225 @@
+"""Checkpoints: everything a run needs to continue bit for bit, written atomically, checked before it is loaded.
+
+A checkpoint is a folder ``<checkpoint-dir>/step-<N>`` of three files:
+
+- ``state.h5`` (plain HDF5): ``model/<parameter>`` arrays, ``optimizer/<parameter>/<state>`` arrays, and JSON
+  attributes ``optimizer`` (rule, schedule, step counts), ``module_state`` (modules' extra state: the dropout
+  counters), ``loader`` (epoch and position), ``trainer`` (step, samples, the loss window of the next train
+  record);
+- ``embeddings.h5``: a full snapshot of every embedding table (``gpuemb.store``; CRC32 per chunk);
+- ``manifest.json``: the step, the config, and each file's size (and ``state.h5``'s CRC32), with a CRC32 of
+  the manifest itself.
+
+It is written into a temporary folder beside the target, each file fsync'd, then renamed into place, and only
+then does ``<checkpoint-dir>/latest`` (a one-line file, replaced atomically) name it. A run killed at any
+moment leaves ``latest`` naming a complete checkpoint. Loading checks the manifest, the sizes and checksums of
+all the files before it changes anything, and raises :class:`CheckpointError` naming the file that is wrong.
+"""
+import json
+import os
+import shutil
+import uuid
+import zlib
+from datetime import datetime, timezone
+
+import h5py
+import numpy as np
+
+from gpuemb.store.checkpoint import load_snapshot, save_snapshot
+from gpuemb.store.snapshot import SnapshotError, _fsync
+
+from .config import flag, resume_differences
+from .errors import CheckpointError, ResumeError
+
+FORMAT, VERSION = "gpuemb-checkpoint", 1
+STATE, EMBEDDINGS, MANIFEST, LATEST = "state.h5", "embeddings.h5", "manifest.json", "latest"
+
+
+def _crc32(path):
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def _json(value):
+    """JSON of plain Python values and NumPy scalars (a loader's position is one)."""
+    return json.dumps(value, default=lambda v: v.item() if isinstance(v, np.generic) else repr(v))
+
+
+def _body_crc(body):
+    return zlib.crc32(json.dumps(body, sort_keys=True).encode())
+
+
+# -- writing ---------------------------------------------------------------------------------------------------
+def _write_state(path, state):
+    """``state.h5`` from the trainer's and loop's state dicts."""
+    optimizer = state["trainer"]["optimizer"]
+    with h5py.File(path, "w") as f:
+        f.attrs["format"], f.attrs["version"] = FORMAT + "-state", VERSION
+        for name, value in state["trainer"]["model"].items():
+            f.create_dataset(f"model/{name}", data=value)
+        for name, arrays in optimizer["params"].items():
+            for key, value in arrays.items():
+                if key != "step":
+                    f.create_dataset(f"optimizer/{name}/{key}", data=value)
+        scalars = {"rule": optimizer["rule"], "schedule": optimizer["schedule"], "step_count":
+                   optimizer["step_count"], "steps": {n: a["step"] for n, a in optimizer["params"].items()}}
+        f.attrs["optimizer"] = _json(scalars)
+        f.attrs["module_state"] = _json(state["trainer"]["module_state"])
+        f.attrs["loader"] = _json(state["loader"])
+        f.attrs["trainer"] = _json({"step": state["trainer"]["step"], "samples": state["trainer"]["samples"],
+                                         **state["loop"]})
+    _fsync(path)
+
+
+def save_checkpoint(directory, step, config, state, tables, keep=2):
+    """Write the checkpoint of ``step`` under ``directory`` and point ``latest`` at it; returns its path.
+
+    ``state``: ``{"trainer": Trainer.state_dict(), "loader": ..., "loop": {...}}``; ``tables``:
+    ``{name: EmbeddingTable}``. Then removes all but the ``keep`` newest checkpoints.
+    """
+    os.makedirs(directory, exist_ok=True)
+    name = f"step-{step:09d}"
+    final, tmp = os.path.join(directory, name), os.path.join(directory, f".{name}.tmp-{uuid.uuid4().hex[:8]}")
+    os.mkdir(tmp)
+    try:
+        _write_state(os.path.join(tmp, STATE), state)
+        save_snapshot(tables, os.path.join(tmp, EMBEDDINGS), meta={"step": step})
+        files = {STATE: {"bytes": os.path.getsize(os.path.join(tmp, STATE)), "crc32": _crc32(os.path.join(tmp, STATE))},
+                 EMBEDDINGS: {"bytes": os.path.getsize(os.path.join(tmp, EMBEDDINGS))}}
+        body = {"format": FORMAT, "version": VERSION, "step": step, "files": files, "config": config.to_dict(),
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        with open(os.path.join(tmp, MANIFEST), "w") as f:
+            json.dump({"body": body, "crc32": _body_crc(body)}, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync(tmp)
+        if os.path.exists(final):  # the same step again (a resume from an older checkpoint): replace it whole
+            old = os.path.join(directory, f".{name}.old-{uuid.uuid4().hex[:8]}")
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old)
+        else:
+            os.rename(tmp, final)
+        _fsync(directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _point_latest(directory, name)
+    _prune(directory, keep, name)
+    return final
+
+
+def _point_latest(directory, name):
+    tmp = os.path.join(directory, f".{LATEST}.tmp-{uuid.uuid4().hex[:8]}")
+    with open(tmp, "w") as f:
+        f.write(name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(directory, LATEST))
+    _fsync(directory)
+
+
+def _prune(directory, keep, current):
+    done = sorted(n for n in os.listdir(directory) if n.startswith("step-")
+                  and os.path.isfile(os.path.join(directory, n, MANIFEST)))
+    for name in [n for n in done if n != current][:max(len(done) - keep, 0)]:
+        shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
+# -- reading ---------------------------------------------------------------------------------------------------
+def resolve(path):
+    """The checkpoint folder ``path`` names: a checkpoint itself, or a checkpoint dir (its ``latest``)."""
+    path = os.fspath(path)
+    if os.path.isfile(os.path.join(path, MANIFEST)):
+        return path
+    latest = os.path.join(path, LATEST)
+    if os.path.isfile(latest):
+        with open(latest) as f:
+            name = f.read().strip()
+        target = os.path.join(path, name)
+        if not os.path.isfile(os.path.join(target, MANIFEST)):
+            raise CheckpointError(f"{latest}: names {name!r}, which is not a complete checkpoint; resume from "
+                                  "another step-* folder by its path")
+        return target
+    raise ResumeError(f"--resume: {path} holds no checkpoint (no {MANIFEST} and no {LATEST} file); give a "
+                      "step-* folder or the --checkpoint-dir of an earlier run")
+
+
+def read_manifest(folder):
+    """The checked manifest body of the checkpoint in ``folder``; CheckpointError naming what is wrong."""
+    path = os.path.join(folder, MANIFEST)
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        body = doc["body"]
+        ok = _body_crc(body) == doc["crc32"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{path}: cannot be read ({type(e).__name__}: {e}); the checkpoint is corrupt, "
+                              "resume from another one") from None
+    if not ok:
+        raise CheckpointError(f"{path}: its checksum does not match its contents; the checkpoint is corrupt, "
+                              "resume from another one")
+    if body.get("format") != FORMAT or body.get("version") != VERSION:
+        raise CheckpointError(f"{path}: format {body.get('format')!r} version {body.get('version')!r}, not "
+                              f"{FORMAT!r} version {VERSION}")
+    for name, want in body["files"].items():
+        file = os.path.join(folder, name)
+        if not os.path.isfile(file) or os.path.getsize(file) != want["bytes"]:
+            size = os.path.getsize(file) if os.path.isfile(file) else "missing"
+            raise CheckpointError(f"{file}: is {size} bytes, the manifest says {want['bytes']}; the checkpoint is "
+                                  "incomplete or corrupt, resume from another one")
+        if "crc32" in want and _crc32(file) != want["crc32"]:
+            raise CheckpointError(f"{file}: its CRC32 does not match the manifest's; the checkpoint is corrupt, "
+                                  "resume from another one")
+    return body
+
+
+def check_config(body, config, folder):
+    """ResumeError naming every field where ``config`` differs from the one the checkpoint was saved with."""
+    diff = resume_differences(body["config"], config)
+    if diff:
+        what = "; ".join(f"{flag(k)} was {saved!r}, now {now!r}" for k, saved, now in diff)
+        raise ResumeError(f"--resume {folder}: the checkpoint was saved with other settings: {what}. Resume with "
+                          "the settings it was saved with")
+
+
+def read_state(folder):
+    """The state dicts saved in ``state.h5`` (the structure ``save_checkpoint`` was given, without the tables)."""
+    path = os.path.join(folder, STATE)
+    try:
+        with h5py.File(path, "r") as f:
+            model = {name: np.asarray(ds) for name, ds in _datasets(f["model"])}
+            scalars = json.loads(f.attrs["optimizer"])
+            params = {name: {"step": step} for name, step in scalars.pop("steps").items()}
+            if "optimizer" in f:
+                for name, ds in _datasets(f["optimizer"]):
+                    param, key = name.rsplit("/", 1)
+                    params[param][key] = np.asarray(ds)
+            trainer = json.loads(f.attrs["trainer"])
+            state = {"trainer": {"model": model, "module_state": json.loads(f.attrs["module_state"]),
+                                 "optimizer": {**scalars, "params": params}, "step": trainer.pop("step"),
+                                 "samples": trainer.pop("samples")},
+                     "loader": json.loads(f.attrs["loader"]), "loop": trainer}
+    except (OSError, KeyError, ValueError) as e:
+        raise CheckpointError(f"{path}: cannot be read ({type(e).__name__}: {e}); the checkpoint is corrupt, "
+                              "resume from another one") from None
+    return state
+
+
+def _datasets(group, prefix=""):
+    for key, item in group.items():
+        if isinstance(item, h5py.Dataset):
+            yield prefix + key, item
+        else:
+            yield from _datasets(item, f"{prefix}{key}/")
+
+
+def load_tables(folder, tables):
+    """Restore the (fresh) ``tables`` from the checkpoint's snapshot; CheckpointError if it is corrupt."""
+    try:
+        load_snapshot(tables, [os.path.join(folder, EMBEDDINGS)])
+    except SnapshotError as e:
+        raise CheckpointError(f"{e}; resume from another checkpoint") from None

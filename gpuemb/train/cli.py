@@ -1,0 +1,173 @@
+"""The command line of ``tools/train.py``: flags made from TrainConfig's fields, a progress bar, a summary.
+
+Settings come from the defaults, then ``--config FILE``, then the flags given. Any setting that cannot work is
+one line on stderr and exit code 2, before training starts; a run that fails later exits 1 with one line.
+"""
+import argparse
+import json
+import math
+import sys
+import time
+
+from tqdm import tqdm
+
+from gpuemb.autograd import backend
+from gpuemb.io.errors import DataError
+from gpuemb.store.errors import StoreError
+
+from .config import FIELDS, GROUPS, TrainConfig, check_precision, flag
+from .errors import ConfigError, TrainError
+from .run import Reporter, train
+
+PROG = "train.py"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (what was wrong, and where the flags are listed) and exit code 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _key_value(text):
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value  # plain text, such as a name
+
+
+def parser():
+    """The parser of every TrainConfig field (defaults suppressed, so only the flags given are in its result)."""
+    p = Parser(prog=PROG, usage=f"{PROG} [--model NAME] [--data PATH] [--steps N] [...]", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter, argument_default=argparse.SUPPRESS)
+    p.add_argument("--config", metavar="FILE", help="a .toml or .json file of settings (keys as the flags)")
+    groups = {g: p.add_argument_group(g) for g in GROUPS}
+    for name, f in FIELDS.items():
+        m, dest = f.metadata, {"dest": name}
+        default = "" if f.default in (None, True) or m["kind"] == "dict" else f" (default {f.default})"
+        kw = {"help": m["help"] + default, **dest}
+        kind = m["kind"]
+        if kind == "bool":
+            kw.update(action="store_false")
+        elif kind == "dict":
+            kw.update(action="append", type=_key_value, metavar="KEY=VALUE")
+        elif kind == "list":
+            kw.update(nargs="+", metavar="NAME")
+        elif kind == "choice":
+            kw.update(choices=m["choices"])
+        else:
+            kw.update(type={"int": int, "float": float, "str": str}[kind], metavar=name.split("_")[-1].upper())
+        if name == "resume":
+            kw.update(nargs="?", const="latest", metavar="PATH")
+        groups[m["group"]].add_argument(flag(name), **kw)
+    return p
+
+
+def parse_config(argv):
+    """The TrainConfig of ``argv``; a bad flag, value, file or combination exits 2 with one line."""
+    p = parser()
+    values = vars(p.parse_args(argv))
+    path = values.pop("config", None)
+    if "model_args" in values:
+        values["model_args"] = dict(values["model_args"])
+    try:
+        return TrainConfig.from_dict(values, "the command line") if path is None else TrainConfig.from_file(path, values)
+    except ConfigError as e:
+        p.error(str(e))
+
+
+def check_startup(config):
+    """The checks that need the backend or optional packages; ConfigError if one fails."""
+    if config.device not in (None, "auto") and config.device != backend.DEVICE:
+        raise ConfigError(f"--device: {config.device} was asked for, but gpuemb was imported on "
+                          f"{backend.DEVICE}; set GPUEMB_DEVICE before importing it, or run tools/train.py")
+    check_precision(config.precision, backend.DEVICE)
+    if config.plot:
+        from .plot import require_matplotlib
+        require_matplotlib()
+
+
+class ProgressBar(Reporter):
+    """A tqdm bar of steps with samples/s and the loss; eval and checkpoint records as lines above it."""
+
+    def __init__(self, show=True, out=sys.stdout):
+        self.show, self.out, self.bar = show, out, None
+
+    def start(self, run):
+        info = backend.device_info()
+        hyper = {k: v for k, v in run.model.hyper.items() if v is not None}
+        n_dense = sum(p.size for p in run.model.parameters())
+        print(f"device: {info['device']} ({info['reason']})", file=self.out)
+        print(f"data: {run.data.description}", file=self.out)
+        print(f"model: {run.config.model} {hyper}, {n_dense:,} dense parameters, tables "
+              f"{', '.join(f'{n} (D={t.dim}, {run.config.store})' for n, t in run.tables.items())}", file=self.out)
+        print(f"training: {run.total_steps} steps of {run.batch_size} samples, {run.config.optimizer} "
+              f"lr {run.config.lr:g}, rows {run.config.embedding_optimizer} lr {run.config.embedding_lr:g}"
+              + (f", resumed at step {run.step}" if run.step else ""), file=self.out)
+        if self.show:
+            self.bar = tqdm(total=run.total_steps, initial=run.step, unit="step", dynamic_ncols=True,
+                            mininterval=0.5, file=self.out)
+        self._start, self._first = None, run.step
+
+    def step(self, run, loss):
+        now = time.perf_counter()
+        self._start = self._start or now  # from the end of the first step: it includes warm-up compiles
+        if self.bar is not None:
+            rate = (run.step - self._first - 1) * run.batch_size / (now - self._start) if now > self._start else 0
+            self.bar.set_postfix_str(f"loss {loss:.4f}, {rate:,.0f} samples/s", refresh=False)
+            self.bar.update(1)
+
+    def record(self, record):
+        if record["kind"] == "train" and self.bar is None:
+            self._line(f"step {record['step']:6d}  loss {record['loss']:.4f}  "
+                       f"{record['samples_per_s']:,.0f} samples/s")
+        elif record["kind"] == "eval":
+            teacher = f" (teacher {record['teacher_auc']:.4f})" if "teacher_auc" in record else ""
+            self._line(f"step {record['step']:6d}  eval AUC {record['auc']:.4f}{teacher}  log-loss "
+                       f"{record['log_loss']:.4f}  accuracy {record['accuracy']:.4f}  ({record['rows']:,} rows)")
+        elif record["kind"] == "checkpoint":
+            self._line(f"step {record['step']:6d}  checkpoint {record['path']}")
+
+    def _line(self, text):
+        if self.bar is not None:
+            self.bar.write(text, file=self.out)
+        else:
+            print(text, file=self.out, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def summary_line(s):
+    """The one line that ends a run."""
+    e = s["eval"]
+    tasks = f" (tasks {', '.join(f'{a:.4f}' for a in e['task_auc'])})" if "task_auc" in e else ""
+    teacher = f" (teacher {s['teacher_auc']:.4f}, the best reachable)" if s["teacher_auc"] is not None else ""
+    rate = f"{s['samples_per_s']:,.0f} samples/s" if math.isfinite(s["samples_per_s"]) else "no steps"
+    return (f"done: step {s['steps']}, {s['steps_this_run']} steps in {s['seconds']:.1f} s ({rate}); eval AUC "
+            f"{e['auc']:.4f}{tasks}{teacher}, log-loss {e['log_loss']:.4f}, accuracy {e['accuracy']:.4f} on "
+            f"{e['rows']:,} rows" + (f"; checkpoint {s['checkpoint']}" if s["checkpoint"] else ""))
+
+
+def main(argv=None):
+    """Parse, check, train, print the summary; returns the exit code."""
+    config = parse_config(sys.argv[1:] if argv is None else argv)
+    try:
+        check_startup(config)
+        summary = train(config, ProgressBar(config.progress))
+    except TrainError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except (StoreError, DataError) as e:  # a cache too small for a batch, a shard that went bad while read
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; --resume continues from the last checkpoint, if one was written",
+              file=sys.stderr)
+        return 130
+    print(summary_line(summary))
+    return 0

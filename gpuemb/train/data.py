@@ -1,0 +1,175 @@
+"""The data of a run: a training and an eval source for the loader, their shapes, and the best reachable AUC.
+
+Three kinds of ``--data``:
+
+- ``synthetic`` (the default): rows made on the fly from a planted teacher (:mod:`gpuemb.io.synthetic`); the
+  eval set is the ``test`` split, and the teacher's AUC on it is the best any model can reach;
+- HDF5 shards (a folder holding ``train/`` and ``test/`` or ``val/``, or ``--eval-data`` beside them);
+- raw files with ``--format``: converted to shards in a temporary folder, ``--eval-fraction`` of the rows
+  held out by the converter's seeded hash split.
+
+MMoE's default is the census-income sample in ``tests/io/data`` (two tasks, 200 rows: a smoke run of the real
+data's shape, not a benchmark).
+"""
+import glob
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from gpuemb.io import synthetic
+from gpuemb.io.avazu import avazu_schema
+from gpuemb.io.census import census_schema
+from gpuemb.io.convert import ConvertOptions, convert
+from gpuemb.io.criteo import criteo_schema
+from gpuemb.io.csv_reader import csv_schema
+from gpuemb.io.errors import DataError, SchemaError, ShardError
+from gpuemb.io.shards import ShardSource, list_shards
+
+from .errors import ConfigError, TrainError
+
+# Criteo's 26 tables capped at 2,000 ids: a DLRM meets each id often enough in about two CPU minutes of training
+# to come within 0.02 of the teacher's AUC ('small' caps them at 20,000 and needs many more rows for that).
+QUICK = synthetic.SyntheticConfig(cardinalities=tuple(min(c, 2000) for c in synthetic.CRITEO_CARDINALITIES))
+CENSUS_SAMPLE = Path(__file__).resolve().parents[2] / "tests" / "io" / "data" / "census_income_sample.csv"
+SYNTHETIC_STEPS = 1000  # the default run on the quick preset
+
+
+@dataclass
+class DataSet:
+    """What the loop needs of the data: sources for the loader, and the shapes the model is built for."""
+    train: object  # a loader source: SyntheticSource or ShardSource
+    eval: object
+    n_dense: int
+    n_features: int  # sparse features, one id each
+    label_names: tuple
+    sparse_names: tuple
+    description: str
+    teacher_auc: float = None  # the planted teacher's AUC on the eval rows, where it is known
+    synthetic: bool = False
+    _open: list = field(default_factory=list)  # shard sources to close
+
+    @property
+    def n_tasks(self):
+        return len(self.label_names)
+
+    def close(self):
+        for source in self._open:
+            source.close()
+        self._open = []
+
+
+def synthetic_config(config):
+    """The SyntheticConfig of ``--preset`` with the run's seed."""
+    base = QUICK if config.preset == "quick" else synthetic.PRESETS[config.preset]
+    return replace(base, seed=config.seed)
+
+
+def _synthetic(config, train_rows):
+    cfg = synthetic_config(config)
+    train = synthetic.SyntheticSource(cfg, train_rows, "train")
+    eval_ = synthetic.SyntheticSource(cfg, config.eval_rows, "test")
+    layout = train.layout
+    return DataSet(train, eval_, cfg.n_dense, len(cfg.cardinalities), layout.label_names, layout.sparse_names,
+                   f"synthetic '{config.preset}' data ({train_rows:,} training rows, {config.eval_rows:,} eval "
+                   "rows)", synthetic.teacher_auc(cfg, config.eval_rows, "test"), synthetic=True)
+
+
+def _schema(config, fmt, paths):
+    if fmt == "criteo":
+        return criteo_schema()
+    if fmt == "avazu":
+        return avazu_schema()
+    if fmt == "census":
+        return census_schema()
+    return csv_schema(paths[0], config.label, config.dense or (), config.categorical or ())
+
+
+def _raw_paths(pattern):
+    paths = sorted(glob.glob(os.path.expanduser(pattern))) if glob.has_magic(pattern) else [pattern]
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if not paths or missing:
+        raise ConfigError(f"--data: {missing[0] if missing else pattern} is not a file; give a raw data file "
+                          "(or a glob pattern of several)")
+    return paths
+
+
+def _raw(config, workdir, data, fmt):
+    paths = _raw_paths(data)
+    out = os.path.join(workdir, "shards")
+    f = config.eval_fraction
+    report = convert(paths, out, _schema(config, fmt, paths), ConvertOptions(split=(1 - f, 0.0, f), seed=config.seed))
+    for split in ("train", "test"):
+        if not report.rows.get(split):
+            raise ConfigError(f"--data {data}: the conversion left no {split} rows ({report}); give more rows "
+                              "or another --eval-fraction")
+    skipped = f"; {report.parse.summary()}" if report.parse.bad else ""
+    return _shards(config, report.paths["train"], report.paths["test"],
+                   f"{fmt} files {data} ({report.rows['train']:,} train, "
+                   f"{report.rows['test']:,} eval rows{skipped})")
+
+
+def _shard_paths(config):
+    """(train paths, eval paths) of ``--data`` (and ``--eval-data``) shards."""
+    location = config.data
+    if not os.path.exists(location):
+        raise ConfigError(f"--data: {location} does not exist; give 'synthetic', a shard folder or file, or raw "
+                          "files with --format")
+    if os.path.isdir(os.path.join(location, "train")):
+        train = list_shards(location, "train")
+        if config.eval_data is None:
+            for split in ("test", "val"):
+                if os.path.isdir(os.path.join(location, split)):
+                    return train, list_shards(location, split)
+            raise ConfigError(f"--data {location}: holds no 'test' or 'val' folder to evaluate on; give the eval "
+                              "shards with --eval-data")
+    else:
+        train = list_shards(location)
+        if config.eval_data is None:
+            raise ConfigError(f"--data {location}: shards without a 'train' folder; give the eval shards with "
+                              "--eval-data")
+    return train, list_shards(config.eval_data)
+
+
+def _shards(config, train_paths, eval_paths, description):
+    train = ShardSource(train_paths)
+    try:
+        eval_ = ShardSource(eval_paths)
+    except Exception:
+        train.close()
+        raise
+    data = DataSet(train, eval_, len(train.layout.dense_names), len(train.layout.sparse_names),
+                   train.layout.label_names, train.layout.sparse_names, description, _open=[train, eval_])
+    try:
+        if eval_.layout != train.layout:
+            raise ConfigError(f"--eval-data: the eval shards' columns differ from the training shards'; "
+                              "evaluate on shards of the same data set")
+        hot = train.layout.hotness
+        if hot and max(hot) > 1:
+            raise ConfigError(f"--data: the shards hold multi-hot features (hotness {max(hot)}); the models take "
+                              "one id per feature, so convert the data one-hot")
+        meta = eval_.infos[0].layout.meta
+        if "teacher_auc" in meta and eval_.n_rows <= config.eval_rows:
+            data.teacher_auc = float(meta["teacher_auc"])  # synthetic shards record their teacher's AUC
+    except Exception:
+        data.close()
+        raise
+    return data
+
+
+def open_data(config, workdir, train_rows):
+    """The DataSet of ``config``; raw files are converted under ``workdir``. ``train_rows``: synthetic only."""
+    try:
+        if config.format or (config.data is None and config.model == "mmoe"):
+            if config.data is None and not CENSUS_SAMPLE.is_file():
+                raise ConfigError(f"--data: mmoe's default data {CENSUS_SAMPLE.name} is not in this install; "
+                                  "give census-income files with --data FILE --format census")
+            return _raw(config, workdir, config.data or str(CENSUS_SAMPLE), config.format or "census")
+        if config.data in (None, "synthetic"):
+            return _synthetic(config, train_rows)
+        train, eval_ = _shard_paths(config)
+        return _shards(config, train, eval_, f"shards {config.data} ({len(train)} train, {len(eval_)} eval "
+                       "files)")
+    except (ShardError, SchemaError) as e:
+        raise ConfigError(f"--data: {e}") from None
+    except DataError as e:
+        raise TrainError(f"--data: {e}") from None

@@ -1,0 +1,71 @@
+"""The model of a run: its embedding tables as ``TableConfig``s, then ``gpuemb.models.build``.
+
+``--tables shared`` (the default) puts every sparse feature in one table, so a batch costs one lookup; with
+``per-feature`` each feature has its own table, named after its column. The rows' update rule and lr come from
+``--embedding-optimizer`` and ``--embedding-lr``, their tiers from ``--store``; new rows are drawn from the
+run's seed, so a key's initial row is the same whenever it first shows up.
+"""
+import os
+
+from gpuemb import models
+from gpuemb.optim import AdagradRule, AdamRule, FtrlRule, RowwiseAdagradRule, SGDRule
+from gpuemb.store.collection import EmbeddingCollection
+from gpuemb.store.options import Initializer, StoreOptions, TableConfig
+
+from .errors import ConfigError
+
+ROW_RULES = {"sgd": SGDRule, "adagrad": AdagradRule, "rowwise_adagrad": RowwiseAdagradRule, "adam": AdamRule,
+             "ftrl": FtrlRule}
+
+
+def table_configs(config, data, ssd_dir=None):
+    """One shared ``TableConfig`` or one per sparse feature; ssd tables keep their rows in ``ssd_dir``."""
+    def options(name):
+        path = os.path.join(ssd_dir, f"{name}.h5") if config.store == "ssd" else None
+        return StoreOptions(config.store, config.cache_rows, config.host_cache_rows, ssd_path=path)
+
+    def table(name):
+        return TableConfig(name, config.embedding_dim, initializer=Initializer(seed=config.seed),
+                           rule=ROW_RULES[config.embedding_optimizer](), lr=config.embedding_lr,
+                           options=options(name))
+
+    if config.tables == "shared":
+        return table("embeddings")
+    return [table(name) for name in data.sparse_names]
+
+
+def build_model(config, data, ssd_dir=None):
+    """``gpuemb.models.build`` for this config and data; a bad hyperparameter is a ConfigError."""
+    if config.model not in models.MODELS:
+        raise ConfigError(f"--model: {config.model!r} is not in this build yet; use one of "
+                          f"{', '.join(models.MODELS)}")
+    hyper = dict(config.model_args)
+    if config.tables == "shared":
+        hyper["n_features"] = data.n_features
+    if config.model == "mmoe":
+        hyper.setdefault("n_tasks", data.n_tasks)
+    try:
+        model = models.build(config.model, data.n_dense, table_configs(config, data, ssd_dir), config.seed,
+                             **hyper)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"--model {config.model}: {e}") from None
+    n_tasks = getattr(model, "n_tasks", 1)
+    if n_tasks != data.n_tasks:
+        hint = ("use a multi-task model (--model mmoe)" if data.n_tasks > 1 else
+                "give data with that many label columns")
+        raise ConfigError(f"--model {config.model}: predicts {n_tasks} task(s), but the data has "
+                          f"{data.n_tasks} label column(s) ({', '.join(data.label_names)}); {hint}")
+    return model
+
+
+def embedding_tables(model):
+    """``{name: EmbeddingTable}`` of every table in the model's embedding collections."""
+    tables = {}
+    for m in model.modules():
+        if isinstance(m, EmbeddingCollection):
+            for t in m.tables:
+                if t.config.name in tables:
+                    raise ValueError(f"the model has two tables named {t.config.name!r}; a checkpoint keys "
+                                     "tables by name, so give each its own")
+                tables[t.config.name] = t
+    return tables

@@ -1,0 +1,222 @@
+"""A training run from a TrainConfig: data, model and optimizer, the loop, evaluation, metrics, checkpoints.
+
+``train(config)`` runs it to the end and returns a summary; a :class:`Reporter` hears each step and record on
+the way (``tools/train.py`` draws its progress bar with one). :class:`Run` holds the parts, so a test can
+step one, save it, and resume another.
+"""
+import math
+import os
+import tempfile
+import time
+
+from gpuemb.autograd import backend
+from gpuemb.io.loader import Loader, LoaderConfig
+
+from . import checkpoint as ckpt
+from .data import SYNTHETIC_STEPS, open_data
+from .errors import ConfigError, DivergedError
+from .evaluate import evaluate
+from .loop import Batches, Trainer
+from .metrics_log import MetricsLog
+from .model import build_model, embedding_tables
+from .optimizer import build_optimizer
+
+BATCH_SIZE = 4096  # the default; small data gets at most a tenth of its training rows
+SYNTHETIC_ROWS = 1 << 22  # synthetic training rows unless --train-rows says; not from --steps, so a resume fits
+MIN_STEPS = 100  # the default run on small files: one epoch, but at least this many steps
+
+
+class Reporter:
+    """What a run tells its caller as it goes. This one tells nothing; subclass it to show progress."""
+
+    def start(self, run):
+        """Called once the run is built (and resumed), before the first step."""
+
+    def step(self, run, loss):
+        """Called after every step with its loss."""
+
+    def record(self, record):
+        """Called with each metrics record as it is written."""
+
+    def close(self):
+        """Called when the run ends, normally or not."""
+
+
+class Run:
+    """The parts of a run of ``config``; ``close()`` releases its files and temporary folders."""
+
+    def __init__(self, config):
+        self.config = config
+        self._tmp = tempfile.TemporaryDirectory(prefix="gpuemb-train-")
+        try:
+            self._build(config)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, config):
+        batch = config.batch_size or BATCH_SIZE
+        self.data = open_data(config, self._tmp.name, config.train_rows or SYNTHETIC_ROWS)
+        if config.batch_size is None and not self.data.synthetic:
+            batch = max(1, min(batch, self.data.train.n_rows // 10))
+        self.batch_size = batch
+        self.loader = Loader(self.data.train, LoaderConfig(batch, shuffle=True, seed=config.seed))
+        self.batches = Batches(self.loader)
+        per_epoch = len(self.loader)
+        if config.steps:
+            self.total_steps = config.steps
+        elif config.epochs:
+            self.total_steps = config.epochs * per_epoch
+        else:
+            self.total_steps = SYNTHETIC_STEPS if self.data.synthetic else max(per_epoch, MIN_STEPS)
+        ssd_dir = None
+        if config.store == "ssd":
+            ssd_dir = config.ssd_dir or os.path.join(self._tmp.name, "ssd")
+            os.makedirs(ssd_dir, exist_ok=True)
+        self.model = build_model(config, self.data, ssd_dir)
+        self.tables = embedding_tables(self.model)
+        self.optimizer = build_optimizer(config, self.model, self.total_steps)
+        self.trainer = Trainer(self.model, self.optimizer, self.tables, config.lr, config.embedding_lr)
+        self.eval_every = config.eval_every or max(1, self.total_steps // 4)
+        self.window = []  # losses of the steps since the last train record
+        self.last_checkpoint = None
+
+    @property
+    def step(self):
+        return self.trainer.step
+
+    # -- state -----------------------------------------------------------------------------------------------------
+    def state_dict(self):
+        """Everything but the tables' rows: the trainer's state, the loader's position, the loss window."""
+        return {"trainer": self.trainer.state_dict(), "loader": self.batches.state_dict(),
+                "loop": {"window": list(self.window)}}
+
+    def save_checkpoint(self):
+        """Write a checkpoint of this step to ``--checkpoint-dir``; refuses dense weights that are not finite."""
+        for name, p in self.model.named_parameters():
+            xp = backend.get_array_module(p.data)
+            if not bool(xp.isfinite(p.data).all()):
+                raise DivergedError(f"after step {self.step} the dense parameter {name} holds NaN or inf, so no "
+                                    f"checkpoint was written; {self.advice()}")
+        path = ckpt.save_checkpoint(self.config.checkpoint_dir, self.step, self.config, self.state_dict(),
+                                    self.tables, self.config.keep_checkpoints)
+        self.last_checkpoint = path
+        return path
+
+    def resume(self, where):
+        """Continue from the checkpoint ``where`` names ('latest' in ``--checkpoint-dir``, or a path).
+
+        Checks the manifest, every file and the config first; then restores tables, weights and positions.
+        """
+        folder = ckpt.resolve(self.config.checkpoint_dir if where == "latest" else where)
+        body = ckpt.read_manifest(folder)
+        ckpt.check_config(body, self.config, folder)
+        state = ckpt.read_state(folder)
+        if state["trainer"]["step"] > self.total_steps:
+            raise ConfigError(f"--steps: the checkpoint {folder} is at step {state['trainer']['step']}, past the "
+                              f"{self.total_steps} steps asked for; --steps counts every step, so ask for more")
+        ckpt.load_tables(folder, self.tables)
+        try:
+            self.trainer.load_state_dict(state["trainer"])
+        except ValueError as e:  # the schedule's settings: its length follows --steps
+            raise ckpt.ResumeError(f"--resume {folder}: {e}. A schedule that decays to the last step "
+                                   "changes with --steps: pin its length with --decay-steps") from None
+        try:
+            self.batches.load_state_dict(state["loader"])
+        except ValueError as e:
+            raise ckpt.ResumeError(f"--resume {folder}: {e}") from None
+        self.window = list(state["loop"]["window"])
+        self.last_checkpoint = folder
+        return folder
+
+    def advice(self):
+        """What to try after a divergence, and where the last good checkpoint is."""
+        c = self.config
+        where = (f"the last good checkpoint is {self.last_checkpoint}: continue from it with --resume "
+                 f"{self.last_checkpoint} and the change" if self.last_checkpoint else
+                 "no checkpoint was written yet (--checkpoint-dir with --checkpoint-every keeps some)")
+        return (f"try a lower --lr (now {c.lr:g}) or --embedding-lr (now {c.embedding_lr:g}), or a warmup "
+                f"(--schedule warmup_poly --warmup-steps 200); {where}")
+
+    # -- records ---------------------------------------------------------------------------------------------------
+    def train_record(self, lrs, samples_per_s):
+        """The mean loss of the steps since the last train record (then forgotten), the lrs of the last step."""
+        loss = sum(self.window) / len(self.window)
+        self.window = []
+        return {"kind": "train", "step": self.step, "epoch": self.batches.epoch, "samples": self.trainer.samples,
+                "loss": loss, "lr": lrs[0], "embedding_lr": lrs[1], "samples_per_s": samples_per_s}
+
+    def eval_record(self):
+        # Eval batches of the training size: a cached table holds the unique keys of one batch, not more.
+        result = evaluate(self.model, self.data.eval, self.data.n_tasks, self.config.eval_rows, self.batch_size)
+        record = {"kind": "eval", "step": self.step, "epoch": self.batches.epoch, "samples": self.trainer.samples,
+                  **result}
+        if self.data.teacher_auc is not None:
+            record["teacher_auc"] = self.data.teacher_auc
+        return record
+
+    def close(self):
+        for table in self.tables.values() if hasattr(self, "tables") else ():
+            table.close()
+        if hasattr(self, "data"):
+            self.data.close()
+        self._tmp.cleanup()
+
+
+def train(config, reporter=None):
+    """Train as ``config`` says, to its last step; returns a summary dict (see ``summarize``)."""
+    reporter = reporter or Reporter()
+    run = Run(config)
+    try:
+        if config.resume:
+            run.resume(config.resume)
+        log = MetricsLog(config.metrics_out, run.step if config.resume else None)
+
+        def write(record):
+            log.write(record)
+            reporter.record(record)
+
+        reporter.start(run)
+        first, start = run.step, time.perf_counter()
+        busy, timed = 0.0, 0  # seconds in training steps since the last train record, and how many steps
+        with run.batches as batches:
+            while run.step < run.total_steps:
+                lrs, t = run.trainer.lrs, time.perf_counter()
+                try:
+                    loss = run.trainer.train_step(next(batches))
+                except DivergedError as e:
+                    raise DivergedError(f"{e}; {run.advice()}") from None
+                busy, timed = busy + time.perf_counter() - t, timed + 1
+                run.window.append(loss)
+                reporter.step(run, loss)
+                step, last = run.step, run.step == run.total_steps
+                if step % config.log_every == 0:
+                    write(run.train_record(lrs, timed * run.batch_size / max(busy, 1e-9)))
+                    busy, timed = 0.0, 0
+                if step % run.eval_every == 0:
+                    write(run.eval_record())
+                if config.checkpoint_dir and (last or config.checkpoint_every and step % config.checkpoint_every == 0):
+                    write({"kind": "checkpoint", "step": step, "path": run.save_checkpoint()})
+                if last and run.window:  # after the checkpoint, which keeps the window for the next record
+                    write(run.train_record(lrs, timed * run.batch_size / max(busy, 1e-9)))
+        seconds = time.perf_counter() - start
+        evals = [r for r in log.records if r["kind"] == "eval"]
+        if not evals or evals[-1]["step"] != run.step:  # resumed at the last step: evaluate what was loaded
+            write(run.eval_record())
+            evals.append(log.records[-1])
+        if config.plot:
+            from .plot import plot_metrics
+            plot_metrics(log.records, config.plot)
+        return summarize(run, evals[-1], run.step - first, seconds)
+    finally:
+        reporter.close()
+        run.close()
+
+
+def summarize(run, final, steps, seconds):
+    """``{"steps", "samples", "seconds", "samples_per_s", "eval", "teacher_auc", "checkpoint", "device"}``."""
+    samples = steps * run.batch_size
+    return {"steps": run.step, "steps_this_run": steps, "samples": run.trainer.samples, "seconds": seconds,
+            "samples_per_s": samples / seconds if seconds > 0 else math.nan, "eval": final,
+            "teacher_auc": run.data.teacher_auc, "checkpoint": run.last_checkpoint, "device": backend.DEVICE,
+            "data": run.data.description}
