@@ -156,3 +156,26 @@ def scatter_add(a, indices, values):
     else:
         numpy.add.at(a, indices, values)
 
+
+
+def unique(a, return_inverse=False):
+    """The sorted distinct values of ``a`` (flattened) and, if asked, each element's index among them, by one sort.
+
+    numpy 2.4's ``np.unique`` without ``return_*`` took 0.9 s for 200k int64 keys here (a hashing path), against
+    10 ms for this; the store calls it on every batch.
+    """
+    xp = get_array_module(a)
+    a = a.ravel()
+    if return_inverse:
+        order = xp.argsort(a)
+        s = a[order]
+    else:
+        s = xp.sort(a)
+    first = xp.empty(s.shape[0], dtype=bool)
+    first[:1] = True
+    xp.not_equal(s[1:], s[:-1], out=first[1:])
+    if not return_inverse:
+        return s[first]
+    inverse = xp.empty(a.shape[0], dtype=numpy.int64)
+    inverse[order] = xp.cumsum(first) - 1
+    return s[first], inverse

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from gpuemb.autograd.backend import unique
+
 from .errors import RowStateError, StoreFullError
 
 
@@ -138,7 +140,7 @@ class SlabAllocator:
         if self.max_rows is not None and bump > self.max_rows:
             raise StoreFullError(f"load_state_dict: the state has handed out {bump} rows, over this allocator's "
                                  f"max_rows={self.max_rows}; raise max_rows to at least {bump}")
-        if stack.size and (stack.min() < 0 or stack.max() >= bump or np.unique(stack).size != stack.size):
+        if stack.size and (stack.min() < 0 or stack.max() >= bump or unique(stack).size != stack.size):
             raise ValueError(f"load_state_dict: the free stack holds {stack.size} rows that are not distinct rows "
                              f"of [0, {bump}); the state is corrupt")
         while self.capacity < max(bump, int(state["capacity"])):

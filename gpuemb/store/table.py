@@ -68,7 +68,7 @@ class EmbeddingTable:
     def prefetch(self, keys):
         """Bring the rows of an upcoming batch's ``keys`` into the device rows and pin them until that batch's
         update (the next ``lookup`` takes over the pins of the oldest prefetch)."""
-        self._prefetched.append(self.top.acquire(np.unique(to_host(keys).astype(np.int64))))
+        self._prefetched.append(self.top.acquire(backend.unique(to_host(keys).astype(np.int64))))
 
     def lookup(self, keys, offsets=None, mode=None):
         """Rows of ``keys [N]`` (int64): ``[N, D]``, or with CSR ``offsets [B+1]`` pooled per bag by ``mode``
@@ -76,7 +76,7 @@ class EmbeddingTable:
         if (offsets is None) != (mode is None):
             raise ValueError(f"{self.config.name}.lookup: pooling needs both offsets [B+1] and mode ('sum' or "
                              f"'mean'); got offsets={'None' if offsets is None else 'given'} and mode={mode!r}")
-        unique, inverse = np.unique(to_host(keys).astype(np.int64).ravel(), return_inverse=True)
+        unique, inverse = backend.unique(to_host(keys).astype(np.int64), return_inverse=True)
         slots = self.top.acquire(unique)
         if self._prefetched:
             self.top.unpin(self._prefetched.popleft())
@@ -107,7 +107,7 @@ class EmbeddingTable:
     # -- the interface of snapshots ------------------------------------------------------------------------------
     def dirty_keys(self):
         """The keys updated since the last ``clear_dirty()``, sorted, each once."""
-        self._dirty = [np.unique(np.concatenate(self._dirty))] if self._dirty else []
+        self._dirty = [backend.unique(np.concatenate(self._dirty))] if self._dirty else []
         return self._dirty[0] if self._dirty else np.zeros(0, np.int64)
 
     def clear_dirty(self):

@@ -98,3 +98,13 @@ def test_scatter_add_accumulates_repeats(xp):
     a = xp.zeros((3, 2))
     backend.scatter_add(a, xp.asarray([0, 2, 0]), xp.ones((3, 2)))
     np.testing.assert_array_equal(backend.to_host(a), [[2, 2], [0, 0], [1, 1]])
+
+
+@pytest.mark.parametrize("n, high", [(0, 5), (1, 5), (5000, 40), (5000, 1 << 62)])
+def test_unique_equals_numpy(xp, rng, n, high):
+    keys = rng.integers(-high, high, n)
+    values, inverse = backend.unique(xp.asarray(keys), return_inverse=True)
+    want, want_inverse = np.unique(keys, return_inverse=True)
+    np.testing.assert_array_equal(backend.to_host(values), want)
+    np.testing.assert_array_equal(backend.to_host(inverse), want_inverse)
+    np.testing.assert_array_equal(backend.to_host(backend.unique(xp.asarray(keys))), want)
