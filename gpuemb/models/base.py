@@ -30,6 +30,11 @@ def linear_config(cfg):
                                initializer=Initializer("zeros", seed=cfg.initializer.seed))
 
 
+def is_count(value, low):
+    """Whether ``value`` is an int (not a bool) >= ``low``."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= low
+
+
 class RecModel(Module):
     """A recommendation model over ``n_dense`` dense features and the sparse features of ``tables``.
 
@@ -50,34 +55,39 @@ class RecModel(Module):
         if unknown:
             valid = ", ".join(sorted([*self.defaults, "n_features"]))
             raise TypeError(f"{name}: unknown hyperparameter(s) {', '.join(unknown)}; valid ones are {valid}")
-        if not isinstance(n_dense, (int, np.integer)) or isinstance(n_dense, bool) or n_dense < 0:
+        if not is_count(n_dense, 0):
             raise ValueError(f"{name}: n_dense={n_dense!r}; use an int >= 0 (the dense features per sample)")
         configs = self._configs(tables, n_features)
+        linear = [linear_config(c) for c in configs] if self.first_order else []
+        names = [c.name for c in configs + linear]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"{name}: table names {repeated} are repeated (first-order tables add '_linear' to "
+                             "their table's name); a checkpoint keys tables by name, so give each its own")
         self.hyper = {**self.defaults, **hyper, "n_features": n_features}
         self.n_dense = int(n_dense)
         self._seeds = np.random.SeedSequence(seed)
         self.embeddings = EmbeddingCollection(configs, n_features)
         if self.first_order:
-            self.linear_embeddings = EmbeddingCollection([linear_config(c) for c in configs], n_features)
+            self.linear_embeddings = EmbeddingCollection(linear, n_features)
 
     def _configs(self, tables, n_features):
         name = type(self).__name__
-        if isinstance(tables, TableConfig):
-            if n_features is None:
-                raise ValueError(f"{name}: one TableConfig is a table shared by several features: pass "
-                                 "n_features=F, or a list of TableConfigs, one per feature")
-            return [tables]
-        tables = list(tables)
+        single = isinstance(tables, TableConfig)
+        tables = [tables] if single else list(tables)
         if not tables or not all(isinstance(t, TableConfig) for t in tables):
-            raise ValueError(f"{name}: tables must be a non-empty list of TableConfig, one per sparse feature")
+            raise ValueError(f"{name}: tables must be a TableConfig or a non-empty list of them, one per sparse "
+                             "feature")
+        if n_features is None and single:
+            raise ValueError(f"{name}: one TableConfig is a table shared by several features: pass "
+                             "n_features=F, or a list of TableConfigs, one per feature")
         if n_features is not None:
-            raise ValueError(f"{name}: n_features={n_features} shares one table; with a list of "
-                             f"{len(tables)} TableConfigs drop n_features (each feature has its table)")
-        names = [t.name for t in tables]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise ValueError(f"{name}: table names {repeated} are repeated; a checkpoint keys tables by name, "
-                             "so give each its own")
+            if not is_count(n_features, 1):
+                raise ValueError(f"{name}: n_features={n_features!r}; use an int >= 1, the features sharing the "
+                                 "table")
+            if len(tables) != 1:
+                raise ValueError(f"{name}: n_features={n_features} shares one table; with a list of "
+                                 f"{len(tables)} TableConfigs drop n_features (each feature has its table)")
         return tables
 
     # -- helpers for subclasses ---------------------------------------------------------------------------------
@@ -91,9 +101,7 @@ class RecModel(Module):
     def sizes(self, key, allow_empty=True):
         """Hyperparameter ``key`` as a tuple of layer widths, checked."""
         value = self.hyper[key]
-        ok = isinstance(value, (list, tuple)) and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-                                                       and v >= 1 for v in value)
-        if not ok or (not value and not allow_empty):
+        if not isinstance(value, (list, tuple)) or not all(is_count(v, 1) for v in value) or not (value or allow_empty):
             self.fail(key, value, "use a " + ("" if allow_empty else "non-empty ")
                       + "tuple of layer widths, each an int >= 1")
         return tuple(int(v) for v in value)
@@ -103,7 +111,7 @@ class RecModel(Module):
         value = self.hyper[key]
         if value is None and allow_none:
             return None
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+        if not is_count(value, low):
             self.fail(key, value, f"use an int >= {low}" + (" or None" if allow_none else ""))
         return int(value)
 

@@ -21,7 +21,10 @@ from .deepfm import DeepFM
 
 
 class CINLayer(Module):
-    """One CIN layer: ``[B, H, D]`` and ``x0 [B, m, D]`` to ``[B, H_out, D]``; Glorot-normal ``weight [H_out, H·m]``."""
+    """One CIN layer: ``x [B, H, D]`` and ``x0 [B, m, D]`` to ``[B, H_out, D]``.
+
+    ``weight [H_out, H·m]`` is Glorot-normal.
+    """
 
     def __init__(self, h_in, m, h_out, rng):
         w = rng.normal(0.0, np.sqrt(2.0 / (h_in * m + h_out)), (h_out, h_in * m))

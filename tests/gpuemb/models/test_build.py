@@ -1,4 +1,6 @@
 """The models' interface: build by name, shapes, seeds, table configs, and errors that name what was wrong."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -102,6 +104,11 @@ def test_unknown_model_and_bad_tables(make_tables):
         build("dlrm", N_DENSE, make_tables(F, D), n_features=F)
     with pytest.raises(ValueError, match=r"table names \['t0'\] are repeated"):
         build("dlrm", N_DENSE, make_tables(F, D) + make_tables(1, D))
+    with pytest.raises(ValueError, match=r"table names \['t0_linear'\] are repeated \(first-order tables add"):
+        build("deepfm", N_DENSE, make_tables(F, D) + [dataclasses.replace(make_tables(1, D)[0], name="t0_linear")])
+    with pytest.raises(ValueError, match="n_features=0; use an int >= 1"):
+        build("dlrm", N_DENSE, make_tables(1, D)[0], n_features=0)
+    assert build("dlrm", N_DENSE, make_tables(1, D), n_features=F).embeddings.n_features == F
     with pytest.raises(ValueError, match="n_dense=-1; use an int >= 0"):
         build("dlrm", -1, make_tables(F, D))
 
