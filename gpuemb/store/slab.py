@@ -3,8 +3,9 @@
 Rows ``[0, capacity)`` belong to the tier's slabs of ``slab_rows`` rows each. Rows below the bump pointer have
 been handed out at least once; a freed row goes on a stack and is reused first (last freed, first reused). So
 ``alloc`` and ``free`` are O(1) per row, batched in NumPy, and the same call sequence gives the same ids.
-The allocator's own memory is one byte per row of capacity (a used flag, for catching double frees) plus
-eight bytes per row waiting on the free stack.
+The allocator's own memory is a used flag per row handed out so far (for catching double frees), grown by a
+quarter at a time so it stays under 1.25 bytes a row, plus eight bytes per row waiting on the free stack. The
+flags follow the bump pointer, not the capacity, so a small table does not pay for a whole slab of them.
 """
 from dataclasses import dataclass
 
@@ -46,8 +47,9 @@ def _release(used, ids):
 
 
 def _grown(a, size):
-    """``a`` copied into a zeroed array of at least ``size`` elements, doubling so growth is amortised O(1)."""
-    b = np.zeros(max(size, 2 * a.shape[0]), a.dtype)
+    """``a`` copied into a zeroed array of at least ``size`` elements, a quarter larger at least, so growth is
+    amortised O(1) and the slack stays under a quarter (it counts against the store's bytes per key)."""
+    b = np.zeros(max(size, a.shape[0] + a.shape[0] // 4), a.dtype)
     b[:a.shape[0]] = a
     return b
 
@@ -61,7 +63,7 @@ class SlabAllocator:
             raise ValueError(f"SlabAllocator: max_rows={max_rows} must be a positive multiple of the tier's "
                              f"slab_rows={slab_rows}; use {max(1, max_rows // slab_rows) * slab_rows}")
         self.tier, self.slab_rows, self.max_rows = tier, slab_rows, max_rows
-        self._used = np.zeros(tier.capacity, np.bool_)
+        self._used = np.zeros(0, np.bool_)
         self._stack = np.empty(0, np.int64)
         self._top = 0  # rows on the free stack: stack[:top]
         self._bump = 0   # rows [0, bump) were handed out at least once
@@ -92,8 +94,8 @@ class SlabAllocator:
                 "raise max_rows, free rows first, or let the table evict")
         while self._bump + fresh > self.capacity:
             self.tier.add_slab()
-        if self._used.shape[0] < self.capacity:
-            self._used = _grown(self._used, self.capacity)
+        if self._used.shape[0] < self._bump + fresh:
+            self._used = _grown(self._used, self._bump + fresh)
         ids = np.empty(n, np.int64)
         ids[:k] = self._stack[self._top - k:self._top][::-1]
         ids[k:] = np.arange(self._bump, self._bump + fresh, dtype=np.int64)
@@ -145,7 +147,6 @@ class SlabAllocator:
                              f"of [0, {bump}); the state is corrupt")
         while self.capacity < max(bump, int(state["capacity"])):
             self.tier.add_slab()
-        used = np.zeros(self.capacity, np.bool_)
-        used[:bump] = True
+        used = np.ones(bump, np.bool_)
         used[stack] = False
         self._used, self._stack, self._top, self._bump = used, stack.copy(), stack.size, bump
