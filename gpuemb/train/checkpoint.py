@@ -29,7 +29,7 @@ from gpuemb.store.checkpoint import load_snapshot, save_snapshot
 from gpuemb.store.snapshot import SnapshotError, _fsync
 
 from .config import flag, resume_differences
-from .errors import CheckpointError, ResumeError
+from .errors import CheckpointError, DivergedError, ResumeError
 
 FORMAT, VERSION = "gpuemb-checkpoint", 1
 STATE, EMBEDDINGS, MANIFEST, LATEST = "state.h5", "embeddings.h5", "manifest.json", "latest"
@@ -74,11 +74,30 @@ def _write_state(path, state):
     _fsync(path)
 
 
+class _FiniteRows:
+    """A table whose export refuses rows holding NaN or inf, so that no checkpoint keeps a diverged row."""
+
+    def __init__(self, name, table):
+        self.name, self.table = name, table
+
+    def __getattr__(self, attr):
+        return getattr(self.table, attr)
+
+    def export(self, keys=None, chunk=1 << 16):
+        for k, rows, steps in self.table.export(keys, chunk):
+            bad = ~np.isfinite(rows).all(axis=1)
+            if bad.any():
+                raise DivergedError(f"table {self.name!r}: the row of key {int(k[bad][0])} (and {int(bad.sum()) - 1} "
+                                    "more in its chunk) holds NaN or inf")
+            yield k, rows, steps
+
+
 def save_checkpoint(directory, step, config, state, tables, keep=2):
     """Write the checkpoint of ``step`` under ``directory`` and point ``latest`` at it; returns its path.
 
     ``state``: ``{"trainer": Trainer.state_dict(), "loader": ..., "loop": {...}}``; ``tables``:
-    ``{name: EmbeddingTable}``. Then removes all but the ``keep`` newest checkpoints.
+    ``{name: EmbeddingTable}``. Then removes all but the ``keep`` newest checkpoints. A row holding NaN or inf
+    raises DivergedError, and nothing is written.
     """
     os.makedirs(directory, exist_ok=True)
     name = f"step-{step:09d}"
@@ -86,7 +105,8 @@ def save_checkpoint(directory, step, config, state, tables, keep=2):
     os.mkdir(tmp)
     try:
         _write_state(os.path.join(tmp, STATE), state)
-        save_snapshot(tables, os.path.join(tmp, EMBEDDINGS), meta={"step": step})
+        save_snapshot({n: _FiniteRows(n, t) for n, t in tables.items()}, os.path.join(tmp, EMBEDDINGS),
+                      meta={"step": step})
         files = {STATE: {"bytes": os.path.getsize(os.path.join(tmp, STATE)), "crc32": _crc32(os.path.join(tmp, STATE))},
                  EMBEDDINGS: {"bytes": os.path.getsize(os.path.join(tmp, EMBEDDINGS))}}
         body = {"format": FORMAT, "version": VERSION, "step": step, "files": files, "config": config.to_dict(),
@@ -167,10 +187,11 @@ def read_manifest(folder):
                               f"{FORMAT!r} version {VERSION}")
     for name, want in body["files"].items():
         file = os.path.join(folder, name)
-        if not os.path.isfile(file) or os.path.getsize(file) != want["bytes"]:
-            size = os.path.getsize(file) if os.path.isfile(file) else "missing"
-            raise CheckpointError(f"{file}: is {size} bytes, the manifest says {want['bytes']}; the checkpoint is "
-                                  "incomplete or corrupt, resume from another one")
+        if not os.path.isfile(file):
+            raise CheckpointError(f"{file}: is missing; the checkpoint is incomplete, resume from another one")
+        if os.path.getsize(file) != want["bytes"]:
+            raise CheckpointError(f"{file}: is {os.path.getsize(file)} bytes, the manifest says {want['bytes']}; "
+                                  "the checkpoint is truncated or corrupt, resume from another one")
         if "crc32" in want and _crc32(file) != want["crc32"]:
             raise CheckpointError(f"{file}: its CRC32 does not match the manifest's; the checkpoint is corrupt, "
                                   "resume from another one")

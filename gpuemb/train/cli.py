@@ -126,7 +126,7 @@ class ProgressBar(Reporter):
                        f"{record['samples_per_s']:,.0f} samples/s")
         elif record["kind"] == "eval":
             teacher = f" (teacher {record['teacher_auc']:.4f})" if "teacher_auc" in record else ""
-            self._line(f"step {record['step']:6d}  eval AUC {record['auc']:.4f}{teacher}  log-loss "
+            self._line(f"step {record['step']:6d}  eval AUC {_num(record['auc'])}{teacher}  log-loss "
                        f"{record['log_loss']:.4f}  accuracy {record['accuracy']:.4f}  ({record['rows']:,} rows)")
         elif record["kind"] == "checkpoint":
             self._line(f"step {record['step']:6d}  checkpoint {record['path']}")
@@ -142,14 +142,18 @@ class ProgressBar(Reporter):
             self.bar.close()
 
 
+def _num(value):
+    return "n/a" if value is None else f"{value:.4f}"
+
+
 def summary_line(s):
     """The one line that ends a run."""
     e = s["eval"]
-    tasks = f" (tasks {', '.join(f'{a:.4f}' for a in e['task_auc'])})" if "task_auc" in e else ""
+    tasks = f" (tasks {', '.join(map(_num, e['task_auc']))})" if "task_auc" in e else ""
     teacher = f" (teacher {s['teacher_auc']:.4f}, the best reachable)" if s["teacher_auc"] is not None else ""
     rate = f"{s['samples_per_s']:,.0f} samples/s" if math.isfinite(s["samples_per_s"]) else "no steps"
     return (f"done: step {s['steps']}, {s['steps_this_run']} steps in {s['seconds']:.1f} s ({rate}); eval AUC "
-            f"{e['auc']:.4f}{tasks}{teacher}, log-loss {e['log_loss']:.4f}, accuracy {e['accuracy']:.4f} on "
+            f"{_num(e['auc'])}{tasks}{teacher}, log-loss {e['log_loss']:.4f}, accuracy {e['accuracy']:.4f} on "
             f"{e['rows']:,} rows" + (f"; checkpoint {s['checkpoint']}" if s["checkpoint"] else ""))
 
 

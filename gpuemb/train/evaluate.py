@@ -2,7 +2,8 @@
 
 The eval rows go through the loader in file order (no shuffle, the last batch kept short), at most
 ``max_rows`` of them. Each task (label column) has its own metrics; with several tasks the top-level numbers
-are their means and ``task_auc``/``task_log_loss``/``task_accuracy`` list them per task.
+are their means and ``task_auc``/``task_log_loss``/``task_accuracy`` list them per task. A task whose eval labels
+are all one class has no AUC: None (and the mean is over the other tasks).
 
 An eval lookup adds the keys it has not seen to the tables, with their initial rows, and trains none of them.
 """
@@ -13,6 +14,16 @@ from gpuemb.io.loader import Loader, LoaderConfig
 from gpuemb.metrics import AUC, Accuracy, LogLoss
 
 METRICS = {"auc": AUC, "log_loss": LogLoss, "accuracy": Accuracy}
+
+
+def _result(metric):
+    """The metric's value, or None where it is undefined: the AUC of eval labels that are all one class."""
+    try:
+        return metric.result()
+    except ValueError:
+        if isinstance(metric, AUC):
+            return None
+        raise
 
 
 def evaluate(model, source, n_tasks=1, max_rows=None, batch_size=16384):
@@ -40,8 +51,9 @@ def evaluate(model, source, n_tasks=1, max_rows=None, batch_size=16384):
         model.train(was_training)
     out = {"rows": rows}
     for name in METRICS:
-        values = [task[name].result() for task in metrics]
-        out[name] = sum(values) / n_tasks
+        values = [_result(task[name]) for task in metrics]
+        known = [v for v in values if v is not None]
+        out[name] = sum(known) / len(known) if known else None
         if n_tasks > 1:
             out[f"task_{name}"] = values
     out["eval_s"] = time.perf_counter() - start

@@ -13,7 +13,7 @@ import math
 from gpuemb.autograd import Tensor, bce_with_logits
 from gpuemb.autograd.backend import get_array_module
 
-from .errors import DivergedError, TrainError
+from .errors import ConfigError, DivergedError, TrainError
 
 
 class Trainer:
@@ -56,6 +56,10 @@ class Trainer:
         self.optimizer.step()
         self.step += 1
         self.samples += batch.rows
+        bad = non_finite(self.model)
+        if bad:  # a dead ReLU net can keep the loss finite for a while; the weights tell at once
+            raise DivergedError(f"after step {self.step} the dense parameter {bad} holds NaN or inf (lr {lr:g}, "
+                                f"embedding lr {embedding_lr:g})")
         return value
 
     def state_dict(self):
@@ -70,6 +74,14 @@ class Trainer:
         self.step, self.samples = int(state["step"]), int(state["samples"])
 
 
+def non_finite(model):
+    """The name of the first dense parameter of ``model`` holding NaN or inf, or None."""
+    for name, p in model.named_parameters():
+        if not bool(get_array_module(p.data).isfinite(p.data).all()):
+            return name
+    return None
+
+
 class Batches:
     """Batches of a loader across epochs, endlessly; ``state_dict()`` is the loader's exact position.
 
@@ -78,7 +90,7 @@ class Batches:
 
     def __init__(self, loader):
         if len(loader) == 0:
-            raise TrainError(f"the training data has {loader.source.n_rows} rows, fewer than one batch of "
+            raise ConfigError(f"--batch-size: the training data has {loader.source.n_rows} rows, fewer than one batch of "
                              f"{loader.config.batch_size}; lower --batch-size")
         self.loader = loader
         self._it = None

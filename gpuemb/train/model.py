@@ -18,15 +18,19 @@ ROW_RULES = {"sgd": SGDRule, "adagrad": AdagradRule, "rowwise_adagrad": RowwiseA
              "ftrl": FtrlRule}
 
 
-def table_configs(config, data, ssd_dir=None):
-    """One shared ``TableConfig`` or one per sparse feature; ssd tables keep their rows in ``ssd_dir``."""
+def table_configs(config, data, ssd_dir=None, lr=None):
+    """One shared ``TableConfig`` or one per sparse feature; ssd tables keep their rows in ``ssd_dir``.
+
+    lr: the tables' configured lr, ``--embedding-lr`` unless given (a resume restores the saved one).
+    """
     def options(name):
         path = os.path.join(ssd_dir, f"{name}.h5") if config.store == "ssd" else None
         return StoreOptions(config.store, config.cache_rows, config.host_cache_rows, ssd_path=path)
 
     def table(name):
         return TableConfig(name, config.embedding_dim, initializer=Initializer(seed=config.seed),
-                           rule=ROW_RULES[config.embedding_optimizer](), lr=config.embedding_lr,
+                           rule=ROW_RULES[config.embedding_optimizer](),
+                           lr=config.embedding_lr if lr is None else lr,
                            options=options(name))
 
     if config.tables == "shared":
@@ -34,7 +38,7 @@ def table_configs(config, data, ssd_dir=None):
     return [table(name) for name in data.sparse_names]
 
 
-def build_model(config, data, ssd_dir=None):
+def build_model(config, data, ssd_dir=None, table_lr=None):
     """``gpuemb.models.build`` for this config and data; a bad hyperparameter is a ConfigError."""
     if config.model not in models.MODELS:
         raise ConfigError(f"--model: {config.model!r} is not in this build yet; use one of "
@@ -45,7 +49,7 @@ def build_model(config, data, ssd_dir=None):
     if config.model == "mmoe":
         hyper.setdefault("n_tasks", data.n_tasks)
     try:
-        model = models.build(config.model, data.n_dense, table_configs(config, data, ssd_dir), config.seed,
+        model = models.build(config.model, data.n_dense, table_configs(config, data, ssd_dir, table_lr), config.seed,
                              **hyper)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"--model {config.model}: {e}") from None

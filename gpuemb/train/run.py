@@ -14,9 +14,9 @@ from gpuemb.io.loader import Loader, LoaderConfig
 
 from . import checkpoint as ckpt
 from .data import SYNTHETIC_STEPS, open_data
-from .errors import ConfigError, DivergedError
+from .errors import ConfigError, DivergedError, ResumeError
 from .evaluate import evaluate
-from .loop import Batches, Trainer
+from .loop import Batches, Trainer, non_finite
 from .metrics_log import MetricsLog
 from .model import build_model, embedding_tables
 from .optimizer import build_optimizer
@@ -43,10 +43,19 @@ class Reporter:
 
 
 class Run:
-    """The parts of a run of ``config``; ``close()`` releases its files and temporary folders."""
+    """The parts of a run of ``config``; ``close()`` releases its files and temporary folders.
+
+    With ``--resume``, the checkpoint's manifest and config are checked first, before anything is built, and
+    ``resume()`` then loads it.
+    """
 
     def __init__(self, config):
-        self.config = config
+        self.config, self.checkpoint = config, None
+        if config.resume:
+            folder = ckpt.resolve(config.checkpoint_dir if config.resume == "latest" else config.resume)
+            body = ckpt.read_manifest(folder)
+            ckpt.check_config(body, config, folder)
+            self.checkpoint = (folder, body["config"])
         self._tmp = tempfile.TemporaryDirectory(prefix="gpuemb-train-")
         try:
             self._build(config)
@@ -73,7 +82,10 @@ class Run:
         if config.store == "ssd":
             ssd_dir = config.ssd_dir or os.path.join(self._tmp.name, "ssd")
             os.makedirs(ssd_dir, exist_ok=True)
-        self.model = build_model(config, self.data, ssd_dir)
+        # A resume may change the learning rates, but a table is restored into the config it was saved with;
+        # the trainer sets the tables' lr at every step anyway.
+        saved_lr = self.checkpoint[1]["embedding_lr"] if self.checkpoint else config.embedding_lr
+        self.model = build_model(config, self.data, ssd_dir, saved_lr)
         self.tables = embedding_tables(self.model)
         self.optimizer = build_optimizer(config, self.model, self.total_steps)
         self.trainer = Trainer(self.model, self.optimizer, self.tables, config.lr, config.embedding_lr)
@@ -92,39 +104,38 @@ class Run:
                 "loop": {"window": list(self.window)}}
 
     def save_checkpoint(self):
-        """Write a checkpoint of this step to ``--checkpoint-dir``; refuses dense weights that are not finite."""
-        for name, p in self.model.named_parameters():
-            xp = backend.get_array_module(p.data)
-            if not bool(xp.isfinite(p.data).all()):
-                raise DivergedError(f"after step {self.step} the dense parameter {name} holds NaN or inf, so no "
-                                    f"checkpoint was written; {self.advice()}")
-        path = ckpt.save_checkpoint(self.config.checkpoint_dir, self.step, self.config, self.state_dict(),
-                                    self.tables, self.config.keep_checkpoints)
+        """Write a checkpoint of this step to ``--checkpoint-dir``; refuses weights or rows that are not finite."""
+        bad = non_finite(self.model)
+        if bad:
+            raise DivergedError(f"after step {self.step} the dense parameter {bad} holds NaN or inf, so no "
+                                f"checkpoint was written; {self.advice()}")
+        try:
+            path = ckpt.save_checkpoint(self.config.checkpoint_dir, self.step, self.config, self.state_dict(),
+                                        self.tables, self.config.keep_checkpoints)
+        except DivergedError as e:
+            raise DivergedError(f"after step {self.step} {e}, so no checkpoint was written; {self.advice()}") from None
         self.last_checkpoint = path
         return path
 
-    def resume(self, where):
-        """Continue from the checkpoint ``where`` names ('latest' in ``--checkpoint-dir``, or a path).
-
-        Checks the manifest, every file and the config first; then restores tables, weights and positions.
-        """
-        folder = ckpt.resolve(self.config.checkpoint_dir if where == "latest" else where)
-        body = ckpt.read_manifest(folder)
-        ckpt.check_config(body, self.config, folder)
+    def resume(self):
+        """Restore the checkpoint that ``--resume`` names: tables, weights, optimizer, positions."""
+        folder, saved = self.checkpoint
         state = ckpt.read_state(folder)
         if state["trainer"]["step"] > self.total_steps:
             raise ConfigError(f"--steps: the checkpoint {folder} is at step {state['trainer']['step']}, past the "
                               f"{self.total_steps} steps asked for; --steps counts every step, so ask for more")
         ckpt.load_tables(folder, self.tables)
+        if saved["lr"] != self.config.lr:  # the schedule starts from the new --lr
+            del state["trainer"]["optimizer"]["schedule"]
         try:
             self.trainer.load_state_dict(state["trainer"])
         except ValueError as e:  # the schedule's settings: its length follows --steps
-            raise ckpt.ResumeError(f"--resume {folder}: {e}. A schedule that decays to the last step "
-                                   "changes with --steps: pin its length with --decay-steps") from None
+            raise ResumeError(f"--resume {folder}: {e}. A schedule that decays to the last step changes with "
+                              "--steps: pin its length with --decay-steps") from None
         try:
             self.batches.load_state_dict(state["loader"])
         except ValueError as e:
-            raise ckpt.ResumeError(f"--resume {folder}: {e}") from None
+            raise ResumeError(f"--resume {folder}: {e}") from None
         self.window = list(state["loop"]["window"])
         self.last_checkpoint = folder
         return folder
@@ -132,8 +143,8 @@ class Run:
     def advice(self):
         """What to try after a divergence, and where the last good checkpoint is."""
         c = self.config
-        where = (f"the last good checkpoint is {self.last_checkpoint}: continue from it with --resume "
-                 f"{self.last_checkpoint} and the change" if self.last_checkpoint else
+        where = (f"the last good checkpoint is {self.last_checkpoint}: continue from it with the change and "
+                 f"--resume {self.last_checkpoint}" if self.last_checkpoint else
                  "no checkpoint was written yet (--checkpoint-dir with --checkpoint-every keeps some)")
         return (f"try a lower --lr (now {c.lr:g}) or --embedding-lr (now {c.embedding_lr:g}), or a warmup "
                 f"(--schedule warmup_poly --warmup-steps 200); {where}")
@@ -148,7 +159,10 @@ class Run:
 
     def eval_record(self):
         # Eval batches of the training size: a cached table holds the unique keys of one batch, not more.
-        result = evaluate(self.model, self.data.eval, self.data.n_tasks, self.config.eval_rows, self.batch_size)
+        try:
+            result = evaluate(self.model, self.data.eval, self.data.n_tasks, self.config.eval_rows, self.batch_size)
+        except ValueError as e:  # the metrics refuse NaN or infinite logits
+            raise DivergedError(f"the evaluation after step {self.step} failed: {e}; {self.advice()}") from None
         record = {"kind": "eval", "step": self.step, "epoch": self.batches.epoch, "samples": self.trainer.samples,
                   **result}
         if self.data.teacher_auc is not None:
@@ -169,7 +183,7 @@ def train(config, reporter=None):
     run = Run(config)
     try:
         if config.resume:
-            run.resume(config.resume)
+            run.resume()
         log = MetricsLog(config.metrics_out, run.step if config.resume else None)
 
         def write(record):

@@ -44,7 +44,8 @@ class Capture(Reporter):
             self.arrays = state(self.run)
 
 
-@pytest.mark.parametrize("store", [{}, {"store": "host", "cache_rows": 3000}], ids=["device", "host"])
+@pytest.mark.parametrize("store", [{}, {"store": "host", "cache_rows": 3000}, {"train_rows": 3 * 128 + 50}],
+                         ids=["device", "host", "epochs"])
 def test_n_plus_m_steps_equal_n_steps_saved_resumed_then_m(tmp_path, store):
     whole, resumed = Capture(), Capture()
     train(config(tmp_path, "whole", steps=N + M, **store), whole)

@@ -1,0 +1,100 @@
+"""TrainConfig from dicts, files and flags: the values land in the right fields, and each mistake names its key."""
+import json
+
+import pytest
+
+from gpuemb.train.cli import parse_config
+from gpuemb.train.config import TrainConfig, check_precision, resume_differences
+from gpuemb.train.errors import ConfigError
+
+
+def test_defaults_check_themselves_and_round_trip_through_a_dict():
+    c = TrainConfig()
+    assert (c.model, c.store, c.precision, c.tables) == ("dlrm", "device", "fp32", "shared")
+    assert TrainConfig.from_dict(c.to_dict()) == c
+    assert json.loads(json.dumps(c.to_dict())) == c.to_dict()  # a checkpoint records it as JSON
+
+
+def test_a_toml_file_with_flag_style_keys_then_flags_on_top(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('model = "dcn"\nbatch-size = 512\nlr = 1\nembedding_lr = 0.05\nno-progress = true\n'
+                    '[model_args]\nn_cross = 2\ndeep = [64, 32]\n')
+    c = parse_config(["--config", str(path), "--batch-size", "256", "--model-arg", "rank=4"])
+    assert (c.model, c.batch_size, c.lr, c.embedding_lr, c.progress) == ("dcn", 256, 1.0, 0.05, False)
+    assert c.model_args == {"n_cross": 2, "deep": [64, 32], "rank": 4}  # the file's and the flag's, merged
+    assert isinstance(c.lr, float)
+
+
+def test_a_json_file_gives_the_same_config_as_flags(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"steps": 30, "schedule": "cosine", "warmup_steps": 5, "resume": True,
+                                "checkpoint_dir": "ck", "label": "y", "data": "x.csv", "format": "csv"}))
+    flags = ["--steps", "30", "--schedule", "cosine", "--warmup-steps", "5", "--resume", "--checkpoint-dir", "ck",
+             "--label", "y", "--data", "x.csv", "--format", "csv"]
+    assert parse_config(["--config", str(path)]) == parse_config(flags)
+    assert parse_config(flags).resume == "latest" and parse_config(flags).label == ["y"]
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"batch_size": 0}, "--batch-size: 0 is below 1"),
+    ({"lr": float("nan")}, "--lr: nan is not a finite number"),
+    ({"lr": "fast"}, "--lr: 'fast' is not a finite number"),
+    ({"steps": 2.5}, "--steps: 2.5 is not an integer"),
+    ({"model": "bert"}, "--model: 'bert' is not one of dlrm"),
+    ({"progress": "yes"}, "--no-progress: 'yes' is not true or false"),
+    ({"batchsize": 4}, "unknown key 'batchsize' (did you mean --batch-size?)"),
+    ({"steps": 5, "epochs": 1}, "--epochs: give --steps or --epochs, not both"),
+    ({"store": "ssd"}, "--cache-rows: --store ssd computes on device rows"),
+    ({"cache_rows": 10}, "--cache-rows: applies to --store host or ssd"),
+    ({"store": "host", "cache_rows": 10, "host_cache_rows": 5}, "--host-cache-rows: applies to --store ssd only"),
+    ({"format": "criteo"}, "--format: reads raw files; give their paths with --data"),
+    ({"data": "x.csv", "format": "csv"}, "--label: --format csv needs the label column"),
+    ({"label": ["y"]}, "--label: names columns of --format csv files only"),
+    ({"data": "shards", "preset": "small"}, "--preset: shapes synthetic data"),
+    ({"step_size": 10}, "--step-size: does not apply to --schedule constant; it sets step"),
+    ({"schedule": "step"}, "--step-size: --schedule step needs --step-size"),
+    ({"resume": "latest"}, "--resume: 'latest' is looked up in --checkpoint-dir"),
+    ({"checkpoint_every": 10}, "--checkpoint-every: needs --checkpoint-dir"),
+    ({"eval_fraction": 1.0}, "--eval-fraction: 1.0; hold out a fraction strictly between 0 and 1"),
+])
+def test_each_mistake_names_its_key(values, message):
+    with pytest.raises(ConfigError) as e:
+        TrainConfig.from_dict(values)
+    assert message in str(e.value)
+    assert e.value.exit_code == 2
+
+
+@pytest.mark.parametrize("text,name,message", [
+    ("steps = 10\nbogus = 1\n", "a.toml", "a.toml: unknown key 'bogus'"),
+    ("steps = \n", "b.toml", "b.toml: is not valid TOML"),
+    ('{"steps": 10,}', "c.json", "c.json: is not valid JSON"),
+    ("[1, 2]", "d.json", "d.json: holds a list"),
+    ("steps = 10\n", "e.yaml", "name a .toml or .json file"),
+    ('steps = "ten"\n', "f.toml", "--steps: 'ten' is not an integer"),
+])
+def test_a_bad_config_file_is_a_config_error_naming_it(tmp_path, text, name, message):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        TrainConfig.from_file(path)
+    assert message in str(e.value)
+
+
+def test_a_missing_config_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="nowhere.toml: cannot be read"):
+        TrainConfig.from_file(tmp_path / "nowhere.toml")
+
+
+def test_reduced_precision_is_refused_with_the_reason_of_each_device():
+    check_precision("fp32", "cpu")
+    with pytest.raises(ConfigError, match="fp16 runs on a GPU only"):
+        check_precision("fp16", "cpu")
+    with pytest.raises(ConfigError, match="bf16 is not supported yet.*issue #8"):
+        check_precision("bf16", "cuda")
+
+
+def test_a_resume_may_change_how_long_and_what_it_writes_but_not_what_it_computes():
+    saved = TrainConfig(steps=10).to_dict()
+    assert resume_differences(saved, TrainConfig(steps=20, eval_every=5, metrics_out="m.jsonl")) == []
+    diff = resume_differences(saved, TrainConfig(steps=20, embedding_dim=8, model="dcn"))
+    assert [(k, a, b) for k, a, b in diff] == [("model", "dlrm", "dcn"), ("embedding_dim", 16, 8)]
