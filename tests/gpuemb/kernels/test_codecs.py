@@ -99,7 +99,7 @@ def test_dispatch_on_each_backend(xp, rng, codec):
 
 
 @pytest.mark.cudasim
-@pytest.mark.parametrize("N,D", [(1, 1), (3, 37), (2, 300)])  # D = 300 > the 128 threads of a row's block
+@pytest.mark.parametrize("N,D", [(0, 5), (1, 1), (3, 37), (2, 300)])  # no rows; D > a block's 128 threads
 def test_cuda_kernels_match_reference(rng, N, D):
     x = _rows(rng, N, D)
     q, scale = int8_encode_cuda(x)
