@@ -228,10 +228,11 @@ class SsdTier(Tier):
         """The rows of ``chunks`` one after another; the rows of chunk j are left unset where ``skip[j]``."""
         cr = self.spec.chunk_rows
         buf = np.empty((len(chunks) * cr, self.width), self.dtype)
-        for j, c in enumerate(chunks):
-            if skip is None or not skip[j]:
-                self.ds.id.read_direct_chunk((c * cr, 0), out=buf[j * cr:(j + 1) * cr].reshape(-1).view(np.uint8))
-                self.bytes_read += self.chunk_bytes
+        raw, nbytes, dsid = buf.reshape(-1).view(np.uint8), self.chunk_bytes, self.ds.id  # hoisted: per-chunk cost
+        wanted = range(len(chunks)) if skip is None else np.flatnonzero(~skip).tolist()
+        for j in wanted:
+            dsid.read_direct_chunk((chunks[j] * cr, 0), out=raw[j * nbytes:(j + 1) * nbytes])
+        self.bytes_read += len(wanted) * nbytes
         return buf
 
     def read(self, rows, out=None):
