@@ -44,7 +44,7 @@ def main(argv=None):
         print(f"train.py: {e}", file=sys.stderr)
         return 2
     from gpuemb.train.cli import main as train_main
-    return train_main(argv)
+    return train_main(argv, __doc__)
 
 
 if __name__ == "__main__":

@@ -39,9 +39,9 @@ def _key_value(text):
         return key, value  # plain text, such as a name
 
 
-def parser():
+def parser(description=None):
     """The parser of every TrainConfig field (defaults suppressed, so only the flags given are in its result)."""
-    p = Parser(prog=PROG, usage=f"{PROG} [--model NAME] [--data PATH] [--steps N] [...]", description=__doc__,
+    p = Parser(prog=PROG, usage=f"{PROG} [--model NAME] [--data PATH] [--steps N] [...]", description=description,
                formatter_class=argparse.RawDescriptionHelpFormatter, argument_default=argparse.SUPPRESS)
     p.add_argument("--config", metavar="FILE", help="a .toml or .json file of settings (keys as the flags)")
     groups = {g: p.add_argument_group(g) for g in GROUPS}
@@ -66,15 +66,17 @@ def parser():
     return p
 
 
-def parse_config(argv):
+def parse_config(argv, description=None):
     """The TrainConfig of ``argv``; a bad flag, value, file or combination exits 2 with one line."""
-    p = parser()
+    p = parser(description)
     values = vars(p.parse_args(argv))
     path = values.pop("config", None)
     if "model_args" in values:
         values["model_args"] = dict(values["model_args"])
     try:
-        return TrainConfig.from_dict(values, "the command line") if path is None else TrainConfig.from_file(path, values)
+        if path is None:
+            return TrainConfig.from_dict(values, "the command line")
+        return TrainConfig.from_file(path, values)
     except ConfigError as e:
         p.error(str(e))
 
@@ -157,9 +159,9 @@ def summary_line(s):
             f"{e['rows']:,} rows" + (f"; checkpoint {s['checkpoint']}" if s["checkpoint"] else ""))
 
 
-def main(argv=None):
-    """Parse, check, train, print the summary; returns the exit code."""
-    config = parse_config(sys.argv[1:] if argv is None else argv)
+def main(argv=None, description=None):
+    """Parse, check, train, print the summary; returns the exit code. ``description`` heads ``--help``."""
+    config = parse_config(sys.argv[1:] if argv is None else argv, description)
     try:
         check_startup(config)
         summary = train(config, ProgressBar(config.progress))

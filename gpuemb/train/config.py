@@ -66,7 +66,7 @@ class TrainConfig:
     preset: str = setting("quick", "synthetic: the data's shape; 'quick' is sized for a CPU run of about two "
                           "minutes, 'small' and 'criteo' are gpuemb.io.synthetic.PRESETS", "data", choices=PRESETS)
     train_rows: int = setting(None, "synthetic: rows in the training set, made as they are read (default "
-                              "4,194,304: the default run's 1,000 batches of 4,096)", "data", kind="int", low=1)
+                              "4,194,304, more than the default run's 800 batches of 4,096)", "data", kind="int", low=1)
     eval_rows: int = setting(100_000, "rows evaluated: the synthetic eval set's size, or a cap on the shards' "
                              "eval split", "data", low=1)
     # -- store
@@ -187,8 +187,9 @@ class TrainConfig:
             fail("resume", "'latest' is looked up in --checkpoint-dir; give that folder, or the checkpoint's path")
         if self.checkpoint_every and not self.checkpoint_dir:
             fail("checkpoint_every", "needs --checkpoint-dir, the folder to write checkpoints to")
-        if self.embedding_lr <= 0 or self.lr <= 0:
-            fail("lr" if self.lr <= 0 else "embedding_lr", "must be > 0")
+        for key in ("lr", "embedding_lr"):
+            if getattr(self, key) <= 0:
+                fail(key, f"{getattr(self, key)!r}; use a learning rate > 0")
 
     # -- conversions --------------------------------------------------------------------------------------------
     def to_dict(self):

@@ -10,7 +10,7 @@ the loader's position; new embedding rows from (seed, key); synthetic rows from 
 """
 import math
 
-from gpuemb.autograd import Tensor, bce_with_logits
+from gpuemb.autograd import bce_with_logits
 from gpuemb.autograd.backend import get_array_module
 
 from .errors import ConfigError, DivergedError, TrainError
@@ -90,8 +90,8 @@ class Batches:
 
     def __init__(self, loader):
         if len(loader) == 0:
-            raise ConfigError(f"--batch-size: the training data has {loader.source.n_rows} rows, fewer than one batch of "
-                             f"{loader.config.batch_size}; lower --batch-size")
+            raise ConfigError(f"--batch-size: the training data has {loader.source.n_rows} rows, fewer than one "
+                              f"batch of {loader.config.batch_size}; lower --batch-size")
         self.loader = loader
         self._it = None
 

@@ -109,6 +109,12 @@ def test_bad_settings_exit_2_with_one_clear_line(tmp_path, args, message):
     assert len(out.stderr.splitlines()) == 1, out.stderr
 
 
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib is not installed here")
+def test_plot_draws_the_curves_to_a_png(tmp_path):
+    summary(train(*SHORT, "--eval-every", "1", "--plot", tmp_path / "curves.png"))
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is not None, reason="matplotlib is installed here")
 def test_plot_without_matplotlib_fails_at_startup(tmp_path):
     out = train("--plot", tmp_path / "curves.png")
