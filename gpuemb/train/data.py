@@ -29,7 +29,7 @@ from .errors import ConfigError, TrainError
 
 # Criteo's 26 tables capped at 1,000 ids: the default DLRM run (800 steps of 4,096) meets each id often enough to
 # end within 0.02 of the teacher's AUC (measured on a 2-core CPU: 0.8216 against 0.8370 on the 100k eval rows,
-# in 137 s; 1,000 steps reach 0.8250).
+# in 137 to 160 s on a shared machine; 1,000 steps reach 0.8250).
 QUICK = synthetic.SyntheticConfig(cardinalities=tuple(min(c, 1000) for c in synthetic.CRITEO_CARDINALITIES))
 CENSUS_SAMPLE = Path(__file__).resolve().parents[2] / "tests" / "io" / "data" / "census_income_sample.csv"
 SYNTHETIC_STEPS = 800  # the default run on synthetic data
