@@ -68,6 +68,12 @@ def linear_forward_cpu(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True
     return relu_dropout_cpu(z, p, seed, step, training, bias=b, out=z)
 
 
+def weight_grad_cpu(g, x, with_bias=True):
+    # x.T @ g runs ~6x faster than g.T @ x in OpenBLAS at DLRM's top-layer shapes ([4096, 368] x [4096, 256]:
+    # 18 vs 110 ms on 2 cores), so take it and transpose; the copy is one weight-sized array.
+    return np.ascontiguousarray((x.T @ g).T), g.sum(axis=0) if with_bias else None
+
+
 def input_grad_cpu(g, W, mask=None, scale=1.0):
     return _input_grad(g, W, mask, scale, relu_dropout_backward_cpu)
 
@@ -135,7 +141,7 @@ def linear_forward(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True):
 
 def weight_grad(g, x, with_bias=True):
     """``(gW, gb)`` from the pre-activation gradient g ``[B, out]`` and the layer input x ``[B, in]``."""
-    return (weight_grad_cuda if is_device_array(g) else weight_grad_ref)(g, x, with_bias)
+    return (weight_grad_cuda if is_device_array(g) else weight_grad_cpu)(g, x, with_bias)
 
 
 def input_grad(g, W, mask=None, scale=1.0):

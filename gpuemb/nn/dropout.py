@@ -13,6 +13,8 @@ class Dropout(Module):
     be drawn again from (seed, step).
     """
 
+    extra_state_names = ("step",)  # with the seed, the step fixes every later mask: a resume needs it
+
     def __init__(self, p=0.5, seed=0):
         keep_threshold(p)
         self.p, self.seed, self.step = p, int(seed), 0

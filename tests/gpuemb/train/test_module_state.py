@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gpuemb.autograd import Tensor
-from gpuemb.nn import MLP, Module
+from gpuemb.nn import MLP, Dropout, Module
 
 
 class Tower(Module):
@@ -27,6 +27,15 @@ def test_restored_extra_state_gives_the_same_next_dropout_masks(rng):
     want = a(x).numpy()
     np.testing.assert_array_equal(b(x).numpy(), want)
     assert not np.array_equal(c(x).numpy(), want)  # step 0's masks: the state matters
+
+
+def test_a_dropout_layer_carries_its_step(rng):
+    x = Tensor(rng.standard_normal((32, 8)).astype(np.float32))
+    a, b = Dropout(0.5, seed=7), Dropout(0.5, seed=7)
+    a(x), a(x)
+    assert a.extra_states() == {"": {"step": 2}}
+    b.load_extra_states(a.extra_states())
+    np.testing.assert_array_equal(b(x).numpy(), a(x).numpy())
 
 
 def test_extra_states_that_do_not_fit_are_named():
