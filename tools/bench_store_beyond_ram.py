@@ -4,7 +4,8 @@ with a bounded device cache and host cache, against in-memory tables on the same
 1. Check that the disk has room (refuse otherwise): ``--ssd-gb`` GB of 260-byte rows (115M rows at 30 GB).
 2. Populate ids ``[0, n)`` in blocks through ``EmbeddingTable.import_rows``: fresh slots in order, so each
    ``SsdTier.write`` covers whole chunks and reads none. The weights are drawn uniform in the initializer's range
-   by numpy: the initializer's Philox draw per element would dominate (its rate is measured and printed).
+   by numpy, which is cheaper than the initializer's Philox draw per element; its rate is measured and printed,
+   so what it would add is known.
 3. Train ``--steps`` steps of ``--batch`` Zipf(1.05) keys over the ``n`` ids; time the steps after the first 5%.
 4. The same stream on in-memory tables that hold only the keys it touches, populated the same way first: a host
    home under the same device cache, and a device table.
