@@ -5,7 +5,8 @@ snapshot): a feature's keys are then mixed with its index by a bijective 64-bit 
 ``key + f·golden``), so within a feature no two keys meet and across features a collision has odds of about
 2**-64 per pair. A shared table serves a whole batch in one lookup.
 
-The rows are updated by the tables themselves in the backward, so the collection has no dense parameters.
+The rows are updated by the tables themselves in the backward, so the collection has no dense parameters. In
+eval mode (``collection.eval()``) lookups do not insert keys: an unseen key reads as its initial weights.
 """
 import numpy as np
 
@@ -58,8 +59,8 @@ class EmbeddingCollection(Module):
                              f"{self.n_features} features")
         if self.shared:
             mixed = np.stack([feature_keys(sparse[:, f], f) for f in range(F)], axis=1)
-            return self.tables[0].lookup(mixed.reshape(-1)).reshape(B, F, self.dim)
-        return concat([t.lookup(sparse[:, f]).reshape(B, 1, self.dim) for f, t in enumerate(self.tables)], axis=1)
+            return self.tables[0].lookup(mixed.reshape(-1), insert=self.training).reshape(B, F, self.dim)
+        return concat([t.lookup(sparse[:, f], insert=self.training).reshape(B, 1, self.dim) for f, t in enumerate(self.tables)], axis=1)
 
     def _pooled(self, bags):
         if len(bags) != self.n_features:
@@ -70,7 +71,7 @@ class EmbeddingCollection(Module):
             keys = np.concatenate([feature_keys(k, f) for f, (k, _) in enumerate(bags)])
             starts = np.cumsum([0] + [k.size for k, _ in bags[:-1]])
             offsets = np.concatenate([o[:-1] + s for (_, o), s in zip(bags, starts)] + [[keys.size]])
-            y = self.tables[0].lookup(keys, offsets, self.mode)
+            y = self.tables[0].lookup(keys, offsets, self.mode, self.training)
             return y.reshape(self.n_features, B, self.dim).transpose(1, 0, 2)
-        return concat([t.lookup(k, o, self.mode).reshape(B, 1, self.dim)
+        return concat([t.lookup(k, o, self.mode, self.training).reshape(B, 1, self.dim)
                        for t, (k, o) in zip(self.tables, bags)], axis=1)

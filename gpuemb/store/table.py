@@ -70,25 +70,45 @@ class EmbeddingTable:
         update (the next ``lookup`` takes over the pins of the oldest prefetch)."""
         self._prefetched.append(self.top.acquire(backend.unique(to_host(keys).astype(np.int64))))
 
-    def lookup(self, keys, offsets=None, mode=None):
+    def lookup(self, keys, offsets=None, mode=None, insert=True):
         """Rows of ``keys [N]`` (int64): ``[N, D]``, or with CSR ``offsets [B+1]`` pooled per bag by ``mode``
-        ("sum" or "mean"), ``[B, D]``. Differentiable: its backward updates the rows in place."""
+        ("sum" or "mean"), ``[B, D]``. Differentiable: its backward updates the rows in place.
+
+        ``insert=False`` is the evaluation read (an ``EmbeddingCollection`` in eval mode): absent keys read as
+        their initial weights and are not added, so evaluating neither grows the table nor, under ``max_rows``,
+        evicts trained rows; it has no backward and leaves prefetched pins alone.
+        """
         if (offsets is None) != (mode is None):
             raise ValueError(f"{self.config.name}.lookup: pooling needs both offsets [B+1] and mode ('sum' or "
                              f"'mean'); got offsets={'None' if offsets is None else 'given'} and mode={mode!r}")
         unique, inverse = backend.unique(to_host(keys).astype(np.int64), return_inverse=True)
+        inverse = backend.to_device(inverse.astype(np.int64))
+        offsets = None if offsets is None else backend.to_device(np.asarray(to_host(offsets), np.int64))
+        if not insert:
+            return Tensor(embedding_bag(self._peek(unique), inverse, offsets, mode or "sum"))
         slots = self.top.acquire(unique)
         if self._prefetched:
             self.top.unpin(self._prefetched.popleft())
-        rows = self.top.tier.read(slots)
-        weights = backend.xp.ascontiguousarray(rows[:, :self.dim])
-        inverse = backend.to_device(inverse.astype(np.int64))
-        offsets = None if offsets is None else backend.to_device(np.asarray(to_host(offsets), np.int64))
+        weights = backend.xp.ascontiguousarray(self.top.tier.read(slots)[:, :self.dim])
         if not is_grad_enabled():
             self.top.unpin(slots)
             return Tensor(embedding_bag(weights, inverse, offsets, mode or "sum"))
         fn = EmbeddingBagFunction(inverse, offsets, mode or "sum", lambda u, g: self._update(unique, slots, u, g))
         return fn.apply(Tensor(weights, requires_grad=True))
+
+    def _peek(self, unique):
+        """The weights of ``unique`` keys without inserting any: an evaluation must not grow the table (nor, under
+        ``max_rows``, evict trained rows for keys it merely saw); an absent key reads as its initial weights."""
+        present = self.home.locate(unique) >= 0
+        weights = backend.xp.empty((unique.size, self.dim), self.config.dtype)
+        if present.any():
+            slots = self.top.acquire(unique[present])
+            weights[backend.to_device(np.flatnonzero(present))] = self.top.tier.read(slots)[:, :self.dim]
+            self.top.unpin(slots)
+        if not present.all():
+            new = initial_weights(self.config.initializer, unique[~present], self.dim, self.config.dtype)
+            weights[backend.to_device(np.flatnonzero(~present))] = backend.to_device(new)
+        return weights
 
     def _update(self, keys, slots, positions, grads):
         """The fused row update of the rows at ``positions`` among the batch's unique ``keys``, then unpin."""

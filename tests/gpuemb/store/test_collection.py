@@ -77,3 +77,22 @@ def test_a_tiny_model_learns(shared, placement, rng):
 def test_tables_must_share_a_dim():
     with pytest.raises(ValueError, match="same dim"):
         EmbeddingCollection([TableConfig("a", 4), TableConfig("b", 8)])
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_eval_mode_reads_unseen_keys_without_inserting(shared, rng):
+    def build():
+        return EmbeddingCollection(configs()[0], F) if shared else EmbeddingCollection(configs())
+
+    c = build()
+    seen, unseen = rng.integers(0, 50, (8, F)), rng.integers(1000, 2000, (8, F))
+    y = c(seen)
+    (y * Tensor(rng.standard_normal(y.shape).astype(np.float32))).sum().backward()  # the seen rows move
+    sizes = [len(t) for t in c.tables]
+    got = c.eval()(np.concatenate([seen, unseen])).numpy()
+    assert [len(t) for t in c.tables] == sizes  # nothing inserted
+    with no_grad():
+        trained = c.train()(seen).numpy()
+        initial = build()(unseen).numpy()  # training mode inserts, so these are the keys' initial weights
+    np.testing.assert_array_equal(got[:8], trained)
+    np.testing.assert_array_equal(got[8:], initial)
