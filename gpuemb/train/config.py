@@ -128,6 +128,9 @@ class TrainConfig:
     seed: int = setting(0, "seeds the model, the data order and the synthetic data", "run", low=0)
     device: str = setting(None, "overrides GPUEMB_DEVICE (default: GPUEMB_DEVICE, else auto)", "run",
                           choices=DEVICES)
+    pipeline: bool = setting(True, "prepare the next batch (its keys, and its rows in the device cache) while this "
+                             "one computes; --no-pipeline runs them one after the other, with the same results",
+                             "run")
 
     def __post_init__(self):
         self.validate()
@@ -220,7 +223,8 @@ FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 def flag(name):
     """The command-line flag of a field: ``batch_size`` -> ``--batch-size``."""
-    return {"model_args": "--model-arg", "progress": "--no-progress"}.get(name, "--" + name.replace("_", "-"))
+    special = {"model_args": "--model-arg", "progress": "--no-progress", "pipeline": "--no-pipeline"}
+    return special.get(name, "--" + name.replace("_", "-"))
 
 
 def _check_value(f, value):
@@ -251,7 +255,7 @@ def normalize(values, where):
     out = {}
     for key, value in values.items():
         name = str(key).lstrip("-").replace("-", "_")
-        name = {"model_arg": "model_args", "no_progress": "progress"}.get(name, name)
+        name = {"model_arg": "model_args", "no_progress": "progress", "no_pipeline": "pipeline"}.get(name, name)
         if name not in FIELDS or name == "config":
             close = [flag(n) for n in difflib.get_close_matches(name, FIELDS, n=2)]
             hint = f" (did you mean {' or '.join(close)}?)" if close else ""
@@ -265,7 +269,7 @@ def normalize(values, where):
             value = [value]
         if kind == "list" and isinstance(value, tuple):
             value = list(value)
-        if name == "progress" and key in ("no_progress", "no-progress", "--no-progress"):
+        if name in ("progress", "pipeline") and str(key).lstrip("-").replace("-", "_") == "no_" + name:
             value = not value if isinstance(value, bool) else value
         out[name] = value
     return out
@@ -313,8 +317,8 @@ def check_precision(precision, device):
 # (to continue past a divergence), not what it computes.
 RESUMABLE_CHANGES = frozenset({"lr", "embedding_lr",
     "steps", "epochs", "checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume", "metrics_out", "plot",
-    "eval_every", "eval_rows", "eval_data", "log_every", "progress", "device", "store", "cache_rows", "host_cache_rows",
-    "ssd_dir"})
+    "eval_every", "eval_rows", "eval_data", "log_every", "progress", "pipeline", "device", "store", "cache_rows",
+    "host_cache_rows", "ssd_dir"})
 
 
 def resume_differences(saved, config):
