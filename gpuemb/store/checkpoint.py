@@ -9,8 +9,6 @@ import json
 import os
 from collections.abc import Mapping
 
-from gpuemb.optim import row_layout
-
 from .snapshot import SnapshotChain, SnapshotError, TableSnapshot, _json, write_snapshot
 from .table import EmbeddingTable
 
@@ -56,8 +54,8 @@ def save_snapshot(tables, path, incremental=False, base=None, meta=None):
         if bounded:  # an incremental has no way to say a key was dropped, so a restore would bring it back
             raise ValueError(f"save_snapshot({path}): tables {bounded} drop keys past max_rows, which an "
                              "incremental snapshot cannot record; write a full snapshot of them")
-    snaps = {name: TableSnapshot.from_chunks(t.config.to_dict(), row_layout(t.rule, t.dim),
-                                             t.export(t.dirty_keys() if incremental else None))
+    snaps = {name: TableSnapshot.from_chunks(t.config.to_dict(), t.format.layout,
+                                             t.export(t.dirty_keys() if incremental else None), t.format.part_dtypes)
              for name, t in tables.items()}
     snapshot_id = write_snapshot(path, snaps, incremental, base, meta)
     for t in tables.values():

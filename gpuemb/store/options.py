@@ -16,6 +16,7 @@ from gpuemb.optim.rule import UpdateRule
 INIT_KINDS = ("uniform", "normal", "truncated_normal", "zeros")
 PLACEMENTS = ("device", "host", "ssd")
 POLICIES = ("lru", "lfu")
+DTYPES = ("float32", "float16", "float64")
 RULES = ("SGDRule", "AdagradRule", "RowwiseAdagradRule", "AdamRule", "FtrlRule")
 
 
@@ -104,7 +105,12 @@ class StoreOptions:
 
 @dataclass(frozen=True)
 class TableConfig:
-    """One embedding table: its name, row width ``dim``, dtype, initializer, row update rule, lr and options."""
+    """One embedding table: its name, row width ``dim``, dtype, initializer, row update rule, lr and options.
+
+    ``dtype``: how the weights are stored. float32 (the default) and float64 rows keep their optimizer state in
+    the same dtype; ``"float16"`` stores the weights in float16 in every tier and snapshot, halving them, keeps
+    the optimizer state float32, and computes lookups and updates in float32 (``row_format.py``).
+    """
     name: str
     dim: int
     dtype: str = "float32"
@@ -118,8 +124,8 @@ class TableConfig:
         if not isinstance(self.name, str) or not self.name:
             _fail("TableConfig", f"name={self.name!r}; give the table a non-empty string name")
         _check_rows(owner, "dim", self.dim, 1)
-        if np.dtype(self.dtype).kind != "f":
-            _fail(owner, f"dtype={self.dtype!r}; use a float dtype such as float32")
+        if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
+            _fail(owner, f"dtype={self.dtype!r}; use one of {', '.join(DTYPES)} (float16 halves the stored weights)")
         if type(self.rule).__name__ not in RULES:
             _fail(owner, f"rule={type(self.rule).__name__}; use one of {', '.join(RULES)} (they have fused kernels)")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr >= 0):

@@ -4,7 +4,8 @@ A snapshot is plain HDF5 (docs/store.md, "Snapshot format"). File attributes: ``
 ``version`` = 1, ``id`` (a fresh hex id), ``kind`` ("full" or "incremental"), ``base`` (the id an incremental
 applies on, "" for a full one), ``created`` (UTC, ISO 8601) and ``meta`` (JSON). Each table is a group
 ``/tables/<name>`` with attributes ``config`` and ``layout`` (JSON: ``{part: [start, stop]}`` of the row columns,
-weights first), ``n_rows``, ``chunk_rows`` and ``has_steps``, and these datasets, all but ``checksums`` chunked
+weights first), ``part_dtypes`` (JSON: ``{part: dtype}``, what each part's columns read as: a float16 table keeps
+float32 state as pairs of 16-bit columns, see ``row_format.py``), ``n_rows``, ``chunk_rows`` and ``has_steps``, and these datasets, all but ``checksums`` chunked
 by ``chunk_rows`` rows:
 
 ========= ============== ===================== ===================================================
@@ -60,18 +61,20 @@ def _spans(layout, where):
 @dataclass(frozen=True)
 class TableSnapshot:
     """One table's config, row layout and rows: arrays ``keys [n]``, ``rows [n, width]``, ``steps [n]`` or None
-    (NumPy or CuPy), or, from ``from_chunks``, an iterable of ``(keys, rows, steps)`` for a table too big to hold."""
+    (NumPy or CuPy), or, from ``from_chunks``, an iterable of ``(keys, rows, steps)`` for a table too big to hold.
+    ``part_dtypes``: ``{part: dtype}`` where a part reads as another dtype than the rows (None: none does)."""
     config: dict
     layout: dict
     keys: object = None
     rows: object = None
     steps: object = None
     source: object = field(default=None, repr=False)
+    part_dtypes: dict = None
 
     @classmethod
-    def from_chunks(cls, config, layout, chunks):
+    def from_chunks(cls, config, layout, chunks, part_dtypes=None):
         """A table streamed from ``chunks``, an iterable of ``(keys, rows, steps)`` of any sizes, read once."""
-        return cls(config, layout, source=chunks)
+        return cls(config, layout, source=chunks, part_dtypes=part_dtypes)
 
     def validate(self, name):
         if (self.source is None) == (self.keys is None or self.rows is None):
@@ -119,6 +122,7 @@ class _TableWriter:
         self.g = g = group.create_group(name)
         g.attrs["config"] = _json(table.config, f"{self.where}: config")
         g.attrs["layout"] = json.dumps(_spans(table.layout, self.where))
+        g.attrs["part_dtypes"] = json.dumps({p: str(self.dtype) for p in table.layout} | (table.part_dtypes or {}))
         g.attrs["chunk_rows"], g.attrs["has_steps"] = c, steps is not None
         dtypes = (np.dtype(np.int64), self.dtype, self.step_dtype)
         self.bufs = [None if d is None else np.empty((c, self.width) if p == "rows" else (c,), d)

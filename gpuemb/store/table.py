@@ -20,18 +20,19 @@ import numpy as np
 from gpuemb.autograd import Tensor, backend, is_grad_enabled
 from gpuemb.autograd.backend import to_host
 from gpuemb.kernels.embedding_bag import EmbeddingBagFunction, embedding_bag
-from gpuemb.optim import apply_rows, init_rows, row_width
+from gpuemb.optim import apply_rows
 
 from .cache import RowLevel
 from .init import initial_weights
+from .row_format import RowFormat
 from .tiers import DeviceTier, HostTier, SsdTier, TierSpec
 
 
-def _levels(config, new_rows):
-    """The table's levels, top first."""
+def _levels(config, fmt, new_rows):
+    """The table's levels, top first, holding rows in the stored form ``fmt``."""
     o = config.options
     chunk_rows = o.chunk_rows if o.placement == "ssd" else 1  # only the SSD tier moves chunks
-    spec = TierSpec(row_width(config.rule, config.dim), config.dtype, o.slab_rows, chunk_rows)
+    spec = TierSpec(fmt.width, str(fmt.dtype), o.slab_rows, chunk_rows)
 
     def cache(tier_type, rows, below, what):
         tier = tier_type(dataclasses.replace(spec, slab_rows=min(o.slab_rows, rows), chunk_rows=1))
@@ -53,14 +54,15 @@ class EmbeddingTable:
     def __init__(self, config):
         self.config = config
         self.dim, self.rule, self.lr = config.dim, config.rule, config.lr
-        self.levels = _levels(config, self._new_rows)
+        self.format = RowFormat(config.rule, config.dim, config.dtype)  # float16 weights: see row_format.py
+        self.levels = _levels(config, self.format, self._new_rows)
         self.top, self.home = self.levels[0], self.levels[-1]
         self._prefetched = deque()  # pinned slots of prefetched batches, oldest first
         self._dirty = []  # arrays of keys updated since clear_dirty()
 
     def _new_rows(self, keys):
         w = initial_weights(self.config.initializer, keys, self.dim, self.config.dtype)
-        return init_rows(self.rule, w), np.zeros(keys.shape[0], np.int32)
+        return self.format.new_rows(w), np.zeros(keys.shape[0], np.int32)
 
     def __len__(self):
         return len(self.home)
@@ -89,7 +91,7 @@ class EmbeddingTable:
         slots = self.top.acquire(unique)
         if self._prefetched:
             self.top.unpin(self._prefetched.popleft())
-        weights = backend.xp.ascontiguousarray(self.top.tier.read(slots)[:, :self.dim])
+        weights = self.format.weights(self.top.tier.read(slots))
         if not is_grad_enabled():
             self.top.unpin(slots)
             return Tensor(embedding_bag(weights, inverse, offsets, mode or "sum"))
@@ -100,25 +102,25 @@ class EmbeddingTable:
         """The weights of ``unique`` keys without inserting any: an evaluation must not grow the table (nor, under
         ``max_rows``, evict trained rows for keys it merely saw); an absent key reads as its initial weights."""
         present = self.home.locate(unique) >= 0
-        weights = backend.xp.empty((unique.size, self.dim), self.config.dtype)
+        weights = backend.xp.empty((unique.size, self.dim), self.format.compute_dtype)
         if present.any():
             slots = self.top.acquire(unique[present])
-            weights[backend.to_device(np.flatnonzero(present))] = self.top.tier.read(slots)[:, :self.dim]
+            weights[backend.to_device(np.flatnonzero(present))] = self.format.weights(self.top.tier.read(slots))
             self.top.unpin(slots)
         if not present.all():
             new = initial_weights(self.config.initializer, unique[~present], self.dim, self.config.dtype)
-            weights[backend.to_device(np.flatnonzero(~present))] = backend.to_device(new)
+            weights[backend.to_device(np.flatnonzero(~present))] = backend.to_device(new)  # float16 -> float32
         return weights
 
     def _update(self, keys, slots, positions, grads):
         """The fused row update of the rows at ``positions`` among the batch's unique ``keys``, then unpin."""
         positions = to_host(positions)
         s = slots[positions]
-        rows = self.top.tier.read(s)
+        rows = self.format.unpack(self.top.tier.read(s))  # float16 weights: updated in float32, rounded back
         xp = backend.get_array_module(rows)
         steps = xp.asarray(self.top.steps[s])
         apply_rows(rows, steps, xp.arange(s.size), grads, self.rule, self.lr)
-        self.top.tier.write(s, rows)
+        self.top.tier.write(s, self.format.pack(rows))
         self.top.steps[s] = to_host(steps)
         self.top.dirty[s] = True
         self._dirty.append(keys[positions])
@@ -162,10 +164,11 @@ class EmbeddingTable:
                       np.asarray(to_host(steps), np.int32))
 
     def stats(self):
-        """Rows, bytes and per-level traffic; ``overhead_bytes_per_key`` counts everything but the rows."""
+        """Rows, bytes and per-level traffic; ``overhead_bytes_per_key`` counts everything but the rows, and
+        ``weight_bytes_per_row`` the stored weights of a row (half of ``4·dim`` for a float16 table)."""
         home, spec = self.home, self.home.tier.spec
         n = max(len(home), 1)
-        out = {"keys": len(home), "row_bytes": spec.row_bytes,
+        out = {"keys": len(home), "row_bytes": spec.row_bytes, "weight_bytes_per_row": self.format.weight_bytes,
                "index_bytes": home.index.nbytes, "allocator_bytes": home.alloc.stats().overhead_bytes,
                "index_allocator_bytes_per_key": (home.index.nbytes + home.alloc.stats().overhead_bytes) / n,
                "overhead_bytes_per_key": sum(level.overhead_bytes for level in self.levels) / n, "levels": []}

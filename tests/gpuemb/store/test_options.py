@@ -36,7 +36,7 @@ def test_initializer_scale_defaults_to_one_over_sqrt_dim():
     (lambda: StoreOptions("ssd", 8, ssd_path="x.h5", slab_rows=100, chunk_rows=64), "must divide slab_rows=100"),
     (lambda: TableConfig("", 4), "non-empty"),
     (lambda: TableConfig("t", 0), "dim=0"),
-    (lambda: TableConfig("t", 4, dtype="int32"), "float dtype"),
+    (lambda: TableConfig("t", 4, dtype="int32"), "use one of float32, float16, float64"),
     (lambda: TableConfig("t", 4, lr=float("nan")), "lr=nan"),
 ])
 def test_bad_settings_say_what_to_change(make, words):
