@@ -26,6 +26,7 @@ OPTIMIZERS = ("sgd", "adagrad", "adam", "adamw")
 ROW_OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam", "ftrl")
 SCHEDULES = ("constant", "warmup_poly", "cosine", "step")
 PRECISIONS = ("fp32", "fp16", "bf16")
+EMBEDDING_DTYPES = ("fp32", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 TABLES = ("shared", "per-feature")
 GROUPS = ("model", "data", "store", "optimization", "checkpoints", "output", "run")
@@ -78,6 +79,9 @@ class TrainConfig:
                                    "store", low=0)
     ssd_dir: str = setting(None, "ssd: the folder of the tables' files (default: a temp folder)", "store",
                            kind="str")
+    embedding_dtype: str = setting("fp32", "how embedding weights are stored in every tier and checkpoint: fp16 "
+                                   "halves them, keeps the optimizer state fp32 and works on any device",
+                                   "store", choices=EMBEDDING_DTYPES)
     # -- optimization
     optimizer: str = setting("adam", "the dense layers' optimizer", "optimization", choices=OPTIMIZERS)
     lr: float = setting(2e-3, "the dense layers' learning rate", "optimization", low=0.0)
@@ -104,8 +108,9 @@ class TrainConfig:
                          "the data)", "optimization", kind="int", low=1)
     epochs: int = setting(None, "passes over the training data, instead of --steps", "optimization", kind="int",
                           low=1)
-    precision: str = setting("fp32", "the compute precision; only fp32 today (issue #8 adds fp16 and bf16)",
-                             "optimization", choices=PRECISIONS)
+    precision: str = setting("fp32", "the MLPs' compute precision; fp16 and bf16 need a GPU, keep fp32 master "
+                             "weights, and fp16 scales the loss (docs/precision.md)", "optimization",
+                             choices=PRECISIONS)
     # -- checkpoints
     checkpoint_dir: str = setting(None, "where checkpoints go (step-<N> folders and a 'latest' file)",
                                   "checkpoints", kind="str")
@@ -303,14 +308,10 @@ def read_file(path):
 
 
 def check_precision(precision, device):
-    """Refuse what this build cannot compute in: reduced precision is issue #8's work, on the GPU only."""
-    if precision == "fp32":
-        return
-    if device == "cpu":
+    """Refuse reduced-precision compute where there is no GPU to run it (fp16 rows work everywhere)."""
+    if precision != "fp32" and device == "cpu":
         raise ConfigError(f"--precision: {precision} runs on a GPU only (the CPU path computes in fp32); use "
-                          "--precision fp32")
-    raise ConfigError(f"--precision: {precision} is not supported yet on the GPU either: reduced-precision "
-                      "training comes with issue #8; use --precision fp32 today")
+                          "--precision fp32, or run on a GPU")
 
 
 # Fields a resumed run may change: how long it runs, what it writes, where the rows live, and the learning rates

@@ -2,8 +2,9 @@
 
 ``--tables shared`` (the default) puts every sparse feature in one table, so a batch costs one lookup; with
 ``per-feature`` each feature has its own table, named after its column. The rows' update rule and lr come from
-``--embedding-optimizer`` and ``--embedding-lr``, their tiers from ``--store``; new rows are drawn from the
-run's seed, so a key's initial row is the same whenever it first shows up.
+``--embedding-optimizer`` and ``--embedding-lr``, their tiers from ``--store``, their stored dtype from
+``--embedding-dtype``; new rows are drawn from the run's seed, so a key's initial row is the same whenever it
+first shows up.
 """
 import os
 
@@ -14,6 +15,7 @@ from gpuemb.store.options import Initializer, StoreOptions, TableConfig
 
 from .errors import ConfigError
 
+EMBEDDING_DTYPES = {"fp32": "float32", "fp16": "float16"}  # --embedding-dtype: TableConfig.dtype
 ROW_RULES = {"sgd": SGDRule, "adagrad": AdagradRule, "rowwise_adagrad": RowwiseAdagradRule, "adam": AdamRule,
              "ftrl": FtrlRule}
 
@@ -28,7 +30,8 @@ def table_configs(config, data, ssd_dir=None, lr=None):
         return StoreOptions(config.store, config.cache_rows, config.host_cache_rows, ssd_path=path)
 
     def table(name):
-        return TableConfig(name, config.embedding_dim, initializer=Initializer(seed=config.seed),
+        return TableConfig(name, config.embedding_dim, EMBEDDING_DTYPES[config.embedding_dtype],
+                           initializer=Initializer(seed=config.seed),
                            rule=ROW_RULES[config.embedding_optimizer](),
                            lr=config.embedding_lr if lr is None else lr,
                            options=options(name))

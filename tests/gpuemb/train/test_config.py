@@ -85,12 +85,18 @@ def test_a_missing_config_file_is_named(tmp_path):
         TrainConfig.from_file(tmp_path / "nowhere.toml")
 
 
-def test_reduced_precision_is_refused_with_the_reason_of_each_device():
+def test_reduced_precision_is_refused_on_the_cpu_only():
     check_precision("fp32", "cpu")
-    with pytest.raises(ConfigError, match="fp16 runs on a GPU only"):
-        check_precision("fp16", "cpu")
-    with pytest.raises(ConfigError, match="bf16 is not supported yet.*issue #8"):
-        check_precision("bf16", "cuda")
+    for precision in ("fp16", "bf16"):
+        with pytest.raises(ConfigError, match=f"{precision} runs on a GPU only.*use --precision fp32, or run on a GPU"):
+            check_precision(precision, "cpu")
+        check_precision(precision, "cuda")
+
+
+def test_embedding_dtype_takes_fp32_or_fp16():
+    assert TrainConfig().embedding_dtype == "fp32" and TrainConfig(embedding_dtype="fp16").embedding_dtype == "fp16"
+    with pytest.raises(ConfigError, match="--embedding-dtype: 'bf16' is not one of fp32, fp16"):
+        TrainConfig(embedding_dtype="bf16")
 
 
 def test_a_resume_may_change_how_long_and_what_it_writes_but_not_what_it_computes():
