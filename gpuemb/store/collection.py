@@ -28,6 +28,20 @@ def feature_keys(keys, feature):
     return (z ^ (z >> np.uint64(31))).view(np.int64)
 
 
+def stackable(configs, n_features, owner):
+    """``(configs as a list, their dim)``, checked to make one ``[B, F, D]``: one config with ``n_features``
+    (a shared table) or one per feature, all of one dim; ``owner`` names the caller in errors."""
+    configs = list(configs) if isinstance(configs, (list, tuple)) else [configs]
+    if n_features is not None and len(configs) != 1:
+        raise ValueError(f"{owner}: a shared table takes one config, got {len(configs)}; pass one "
+                         "TableConfig with n_features, or a list of configs without it")
+    dims = {c.dim for c in configs}
+    if len(dims) != 1:
+        raise ValueError(f"{owner}: tables of dims {sorted(dims)} cannot stack into [B, F, D]; give every table "
+                         "the same dim")
+    return configs, dims.pop()
+
+
 class EmbeddingCollection(Module):
     """F features over ``configs``: one ``TableConfig`` per feature, or one config and ``n_features`` to share it.
 
@@ -36,18 +50,11 @@ class EmbeddingCollection(Module):
     """
 
     def __init__(self, configs, n_features=None, mode="sum"):
-        configs = list(configs) if isinstance(configs, (list, tuple)) else [configs]
+        configs, self.dim = stackable(configs, n_features, "EmbeddingCollection")
         self.shared = n_features is not None
-        if self.shared and len(configs) != 1:
-            raise ValueError(f"EmbeddingCollection: a shared table takes one config, got {len(configs)}; pass one "
-                             "TableConfig with n_features, or a list of configs without it")
-        dims = {c.dim for c in configs}
-        if len(dims) != 1:
-            raise ValueError(f"EmbeddingCollection: tables of dims {sorted(dims)} cannot stack into [B, F, D]; "
-                             "give every table the same dim")
         self.tables = [EmbeddingTable(c) for c in configs]
         self.n_features = n_features if self.shared else len(configs)
-        self.dim, self.mode = dims.pop(), mode
+        self.mode = mode
 
     def forward(self, sparse):
         if isinstance(sparse, (list, tuple)):

@@ -1,0 +1,11 @@
+"""gpuemb.distributed: embeddings sharded over ranks (model-parallel), dense layers data-parallel, and snapshots
+that reshard across world sizes (DESIGN.md, "Communication and sharding"; docs/distributed.md)."""
+from .collection import ShardedEmbeddingCollection
+from .column import ColumnShardTable
+from .dense import GradientAllreduce, broadcast_parameters
+from .model import distribute
+from .planning import plan_for
+from .routing import Arrivals, Route, Stream, streams_of
+
+__all__ = ["ShardedEmbeddingCollection", "ColumnShardTable", "GradientAllreduce", "broadcast_parameters",
+           "distribute", "plan_for", "Arrivals", "Route", "Stream", "streams_of"]

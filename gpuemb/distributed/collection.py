@@ -1,0 +1,88 @@
+"""ShardedEmbeddingCollection: an ``EmbeddingCollection`` whose tables are sharded over the ranks of a
+communicator by a ``Plan`` (docs/distributed.md).
+
+A drop-in for ``EmbeddingCollection``: ``forward(sparse [B_local, F]) -> Tensor [B_local, F, D]`` on each rank's
+own part of the batch, train and eval modes (eval lookups do not insert), rows updated in the backward by their
+tables' own rules. Every rank must call it (and the backward) the same number of times, in the same mode: each
+call is a set of collectives.
+"""
+import numpy as np
+
+from gpuemb.autograd import Tensor, backend, is_grad_enabled
+from gpuemb.autograd.backend import to_host
+from gpuemb.comm import CommCodecs
+from gpuemb.nn.module import Module
+from gpuemb.store.collection import feature_keys, stackable
+
+from .column import couples_columns
+from .exchange import ShardedLookup
+from .planning import plan_for
+from .routing import streams_of
+from .shards import check_against_plan, local_shards
+
+TAGS = ("a2a_keys", "a2a_fwd", "a2a_bwd", "column_sums", "dp_allgather")
+
+
+class ShardedEmbeddingCollection(Module):
+    """F features over ``configs`` (one ``TableConfig`` per feature, or one config and ``n_features`` to share it),
+    sharded over ``comm``'s ranks by ``plan`` (default: ``plan_for(configs, world_size)``), with the all-to-alls
+    in ``codecs`` (default fp32 both ways)."""
+
+    def __init__(self, configs, comm, plan=None, codecs=None, n_features=None):
+        configs, self.dim = stackable(configs, n_features, "ShardedEmbeddingCollection")
+        self.shared = n_features is not None
+        self.comm, self.codecs = comm, codecs or CommCodecs()
+        self.plan = plan if plan is not None else plan_for(configs, comm.world_size, n_features)
+        check_against_plan(configs, self.plan, comm.world_size)
+        self.configs = configs
+        self.n_features = n_features if self.shared else len(configs)
+        self.table_of = np.zeros(self.n_features, np.int64) if self.shared else np.arange(self.n_features)
+        names = [c.name for c in configs]
+        self.shards = local_shards(configs, self.plan, comm.rank)
+        self.streams, self.groups = streams_of(self.plan, names)
+        self.local_streams = [s for s, st in enumerate(self.streams) if st.held_by(comm.rank)]
+        self.replicas = {c.name: (self.shards[c.name], np.flatnonzero(self.table_of == t))
+                         for t, c in enumerate(configs) if self.plan.placement(c.name).kind == "data"}
+        self.coupled = [(c.name, {s.rank for s in self.plan.placement(c.name).shards}) for c in configs
+                        if self.plan.placement(c.name).kind == "column"
+                        and any(couples_columns(c.rule, s.cols, c.dim) for s in self.plan.placement(c.name).shards)]
+
+    @property
+    def tables(self):
+        """This rank's local tables (its shards and replicas)."""
+        return [s.table for s in self.shards.values()]
+
+    def shard_of(self, stream):
+        """The local shard that serves ``stream`` (an index into ``streams``)."""
+        return self.shards[self.configs[self.streams[stream].table].name]
+
+    def owner(self, table, keys):
+        """The rank owning each of ``keys`` of table index ``table`` (row-wise)."""
+        return self.plan.owner_of(self.configs[table].name, keys)
+
+    def mixed_keys(self, sparse):
+        """``sparse [B, F]`` as the int64 keys the tables hold: mixed per feature where features share a table."""
+        sparse = np.asarray(to_host(sparse), np.int64)
+        if sparse.ndim != 2 or sparse.shape[1] != self.n_features:
+            raise ValueError(f"ShardedEmbeddingCollection: sparse has shape {sparse.shape}; want [B, F] with F = "
+                             f"{self.n_features} (pooled multi-hot bags are not sharded yet: pass one key per "
+                             "feature)")
+        if not self.shared:
+            return sparse
+        return np.stack([feature_keys(sparse[:, f], f) for f in range(self.n_features)], axis=1)
+
+    def forward(self, sparse):
+        keys = self.mixed_keys(sparse)
+        record = self.training and is_grad_enabled()
+        anchor = Tensor(backend.xp.zeros(0, np.float32), requires_grad=record)
+        return ShardedLookup(self, keys, self.training).apply(anchor)
+
+    def comm_bytes(self, reset=True):
+        """``{tag: bytes}`` this rank sent for the embeddings since the last reset: the key exchange
+        (``a2a_keys``), rows (``a2a_fwd``), gradients (``a2a_bwd``), column-wise Adagrad sums (``column_sums``)
+        and data-parallel gathers (``dp_allgather``). Call once a step; ``reset`` starts these tags over."""
+        sent = {tag: int(self.comm.bytes_sent.get(tag, 0)) for tag in TAGS}
+        if reset:
+            for tag in TAGS:
+                self.comm.bytes_sent.pop(tag, None)
+        return sent

@@ -1,0 +1,136 @@
+"""One step of the sharded lookup as a differentiable op: keys out, rows back, gradients out, updates applied.
+
+Forward, on every rank:
+1. ``Route`` buckets this rank's keys by owner; the per-stream counts (``[W, S]``) and the keys go by alltoallv.
+2. Each owner looks the keys of each of its shards up in ONE lookup of its local table, recording the lookup's
+   backward (which is the fused row update).
+3. The rows go back by one alltoallv per width group, through the forward codec, and are put into ``[B, F, D]``;
+   data-parallel tables read the local replica.
+
+Backward, on every rank, in the same order:
+1. The gradient rows, divided by the world size (each rank's loss is the mean over its own batch, so the global
+   batch's gradient is the ranks' mean), go back to the owners by alltoallv through the backward codec.
+2. Each owner runs its lookups' backward on the rows it received from all ranks, so duplicate keys from several
+   ranks are summed (sort-based, deterministic) before the row rule runs once, as on one rank.
+3. Column shards under row-wise Adagrad exchange their per-key squared-gradient sums and finish their updates.
+4. Data-parallel tables allgather the keys and gradient rows of every rank, and every replica applies the same
+   summed update.
+
+Every rank calls the same collectives in the same order, decided by the plan alone, even with nothing to send.
+"""
+import numpy as np
+
+from gpuemb.autograd import Function
+from gpuemb.autograd.backend import get_array_module, to_device, to_host
+
+from .routing import Arrivals, Route
+
+
+class ShardedLookup(Function):
+    """``ShardedLookup(collection, keys, training).apply(anchor)``: ``[B, F, D]`` float32 rows of ``keys [B, F]``
+    (int64, mixed per feature where features share a table). ``anchor`` is a leaf that requires a gradient
+    exactly when this step trains, so the tape records the op; it gets no gradient."""
+
+    def __init__(self, collection, keys, training):
+        self.c, self.keys, self.training = collection, keys, training
+
+    def forward(self, anchor):
+        c, keys = self.c, self.keys
+        comm, W = c.comm, c.comm.world_size
+        B, F = keys.shape
+        out = get_array_module(anchor).zeros((B * F, c.dim), np.float32)
+        self.owned = {}
+        if c.streams:
+            self.route = r = Route(keys, c.table_of, c.streams, c.groups, W, c.owner)
+            counts, _ = comm.alltoallv(r.stream_counts, np.ones(W, np.int64), tag="a2a_keys")
+            received, _ = comm.alltoallv(r.keys, r.send_counts, tag="a2a_keys")
+            self.arrivals = a = Arrivals(counts, c.groups)
+            for s in c.local_streams:
+                k = received[a.index[s]]
+                if k.size:
+                    self.owned[s] = c.shard_of(s).table.lookup(k, insert=self.training)
+            for g, (width, ids) in enumerate(c.groups):
+                reply = get_array_module(anchor).empty((a.group_sizes[g], width), np.float32)
+                for s in ids:
+                    if s in self.owned:
+                        reply[to_device(a.reply_pos[s])] = self.owned[s].data
+                rows, _ = c.codecs.alltoallv_forward(comm, reply, a.group_counts[g])
+                entries = r.group_index[g]
+                for s in ids:
+                    start = c.streams[s].cols[0]
+                    mine = r.stream[entries] == s
+                    out[to_device(r.pos[entries[mine]]), start:start + width] = rows[to_device(np.flatnonzero(mine))]
+        for name, (shard, feats) in c.replicas.items():
+            pos = self._positions(B, F, feats)
+            with_no_insert = shard.table.lookup(keys.reshape(-1)[pos], insert=False)
+            out[to_device(pos)] = with_no_insert.data
+        return out.reshape(B, F, c.dim)
+
+    @staticmethod
+    def _positions(B, F, feats):
+        return (np.arange(B)[:, None] * F + np.asarray(feats)[None, :]).reshape(-1)
+
+    def backward(self, gy):
+        c = self.c
+        comm, W = c.comm, c.comm.world_size
+        B, F = self.keys.shape
+        gy = gy.reshape(B * F, c.dim) / np.float32(W)
+        if c.streams:
+            r, a = self.route, self.arrivals
+            for g, (width, ids) in enumerate(c.groups):
+                entries = r.group_index[g]
+                send = get_array_module(gy).empty((entries.size, width), np.float32)
+                for s in ids:
+                    start = c.streams[s].cols[0]
+                    mine = np.flatnonzero(r.stream[entries] == s)
+                    send[to_device(mine)] = gy[to_device(r.pos[entries[mine]]), start:start + width]
+                grads, _ = c.codecs.alltoallv_backward(comm, send, r.group_counts[g])
+                for s in ids:
+                    if s in self.owned:
+                        y = self.owned[s]
+                        y.backward(grads[to_device(a.reply_pos[s])].astype(y.dtype))
+            if c.coupled:
+                self._finish_columns()
+        if c.replicas:
+            self._replica_updates(gy, B, F)
+        return None
+
+    def _finish_columns(self):
+        """Add up each coupled column table's per-key sums over its shards (one alltoallv), then update."""
+        c, comm = self.c, self.c.comm
+        W, me = comm.world_size, comm.rank
+        mine = {name: c.shards[name].table.pending_sums() for name, _ in c.coupled if name in c.shards}
+        parts, counts = [], np.zeros(W, np.int64)
+        for p in range(W):
+            for name, ranks in c.coupled:
+                if me in ranks and p in ranks:
+                    parts.append(mine[name])
+                    counts[p] += mine[name].size
+        got, got_counts = comm.alltoallv(np.concatenate(parts or [np.zeros(0)]), counts, tag="column_sums")
+        at = 0
+        totals = {name: 0.0 for name in mine}
+        for p in range(W):
+            for name, ranks in c.coupled:
+                if me in ranks and p in ranks:
+                    n = mine[name].size
+                    totals[name] = totals[name] + got[at:at + n]
+                    at += n
+        for name, total in totals.items():
+            c.shards[name].table.finish(total)
+
+    def _replica_updates(self, gy, B, F):
+        """Every rank applies the same summed update to each data-parallel table: all ranks' keys and gradient
+        rows, gathered in rank order, through one lookup and its backward."""
+        c, comm = self.c, self.c.comm
+        names = list(c.replicas)
+        pos = [self._positions(B, F, feats) for _, feats in c.replicas.values()]
+        sizes = comm.allgather(np.array([[p.size for p in pos]], np.int64), tag="dp_allgather")
+        keys = comm.allgather(np.concatenate([self.keys.reshape(-1)[p] for p in pos]), tag="dp_allgather")
+        grads = comm.allgather(gy[to_device(np.concatenate(pos))], tag="dp_allgather")
+        ends = np.cumsum(sizes.reshape(-1)).reshape(sizes.shape)  # [W, T]: where each (rank, table) block ends
+        for t, name in enumerate(names):
+            rows = np.concatenate([np.arange(ends[q, t] - sizes[q, t], ends[q, t]) for q in range(sizes.shape[0])])
+            if rows.size:
+                table = c.replicas[name][0].table
+                y = table.lookup(to_host(keys)[rows])
+                y.backward(grads[to_device(rows)].astype(y.dtype))

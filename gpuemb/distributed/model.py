@@ -1,0 +1,36 @@
+"""Turn a model built for one process into its part of a data- and model-parallel job.
+
+``distribute(model, comm)`` replaces every ``EmbeddingCollection`` attribute of the model (``embeddings``, and
+``linear_embeddings`` for first-order models) by a ``ShardedEmbeddingCollection`` of the same tables, sets the
+dense parameters to rank 0's values, and returns the ``GradientAllreduce`` to call each step between
+``loss.backward()`` and ``optimizer.step()``.
+"""
+from gpuemb.store.collection import EmbeddingCollection
+
+from .collection import ShardedEmbeddingCollection
+from .dense import GradientAllreduce, broadcast_parameters
+from .planning import plan_for
+
+
+def _collections(model):
+    return [(name, value) for name, value in vars(model).items() if isinstance(value, EmbeddingCollection)]
+
+
+def distribute(model, comm, plan=None, codecs=None, bucket_bytes=4 << 20):
+    """Shard ``model``'s embedding collections over ``comm`` by ``plan`` (default: ``plan_for`` all their
+    tables), with the all-to-alls in ``codecs``; returns the dense ``GradientAllreduce``. Build the model the
+    same way (seed included) on every rank."""
+    found = _collections(model)
+    if not found:
+        raise ValueError(f"distribute: {type(model).__name__} has no EmbeddingCollection attribute to shard")
+    if plan is None:
+        configs = [t.config for _, c in found for t in c.tables]
+        plan = plan_for(configs, comm.world_size, max(c.n_features if c.shared else 1 for _, c in found))
+    for name, c in found:
+        sharded = ShardedEmbeddingCollection([t.config for t in c.tables], comm, plan, codecs,
+                                             c.n_features if c.shared else None)
+        for t in c.tables:
+            t.close()
+        setattr(model, name, sharded.train(model.training))
+    broadcast_parameters(model.parameters(), comm)
+    return GradientAllreduce(model.parameters(), comm, bucket_bytes)

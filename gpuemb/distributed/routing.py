@@ -1,0 +1,120 @@
+"""Where each key of a batch goes, and where each row that comes back belongs: the bookkeeping of the all-to-all.
+
+A *stream* is one shard that keys are sent to: a table-wise table's shard, a row-wise table (one stream whose
+owner depends on the key: ``owner_hash(key) % W``), or one column shard of a column-wise table (every key goes to
+every column shard). Data-parallel tables have no stream: each rank reads its replica. Streams are numbered the
+same way on every rank, ordered by the width of the rows they return, so all streams of one width form a
+contiguous *group*; the rows of one group travel in one all-to-all (the rows of an all-to-all share a width).
+
+Per step, the requester's ``Route`` sorts its (key, stream) pairs by destination rank, then stream. The owner's
+``Arrivals`` finds, for each of its streams, which received keys are that stream's, and where the row of each
+received key goes in the reply of its group. The reply of a group is the received keys of that group in the
+order they arrived, so the requester reads it back in its own send order restricted to the group.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Table ``table`` (index into the collection's tables), placement ``kind``, weight columns ``cols``;
+    ``rank`` is the owner (-1 for row-wise: it depends on the key)."""
+    table: int
+    kind: str
+    cols: tuple
+    rank: int
+
+    @property
+    def width(self):
+        return self.cols[1] - self.cols[0]
+
+    def held_by(self, rank):
+        return self.rank == rank or self.kind == "row"
+
+
+def streams_of(plan, names):
+    """The streams of the tables ``names`` (in the collection's order) under ``plan``: ``(streams, groups)`` where
+    ``groups`` is ``[(width, [stream ids])]``, widest first, each group's ids contiguous."""
+    found = []
+    for t, name in enumerate(names):
+        p = plan.placement(name)
+        if p.kind == "data":
+            continue
+        if p.kind == "column":
+            found += [Stream(t, "column", tuple(s.cols), s.rank) for s in p.shards]
+        else:
+            found.append(Stream(t, p.kind, tuple(p.shards[0].cols), p.shards[0].rank if p.kind == "table" else -1))
+    streams = sorted(found, key=lambda s: (-s.width, s.table, s.cols))
+    groups = []
+    for i, s in enumerate(streams):
+        if groups and groups[-1][0] == s.width:
+            groups[-1][1].append(i)
+        else:
+            groups.append((s.width, [i]))
+    return streams, groups
+
+
+class Route:
+    """The requester's side of one step: which keys go where, in the order they are sent.
+
+    ``keys [B, F]`` int64 (already mixed per feature where features share a table), ``table_of [F]`` the table of
+    each feature, ``owner(t, keys)`` the owning rank of each key of row-wise table t. After it:
+    ``keys``, ``pos`` (flat index ``b·F + f`` into ``[B, F]``) and ``stream`` of each sent entry, in send order;
+    ``send_counts [W]``; ``stream_counts [W, S]``; and per group g, ``group_index[g]`` (the entries of the group,
+    in send order) and ``group_counts[g] [W]``.
+    """
+
+    def __init__(self, keys, table_of, streams, groups, world_size, owner):
+        B, F = keys.shape
+        S, W = len(streams), world_size
+        pos, sid, dest = [], [], []
+        for i, st in enumerate(streams):
+            feats = np.flatnonzero(np.asarray(table_of) == st.table)
+            p = (np.arange(B)[:, None] * F + feats[None, :]).reshape(-1)
+            pos.append(p)
+            sid.append(np.full(p.size, i, np.int64))
+            dest.append(owner(st.table, keys.reshape(-1)[p]) if st.kind == "row" else np.full(p.size, st.rank))
+        pos = np.concatenate(pos) if S else np.zeros(0, np.int64)
+        sid = np.concatenate(sid) if S else np.zeros(0, np.int64)
+        dest = np.concatenate(dest).astype(np.int64) if S else np.zeros(0, np.int64)
+        order = np.lexsort((sid, dest))  # by destination, then stream; stable, so batch order within
+        self.pos, self.stream, self.dest = pos[order], sid[order], dest[order]
+        self.keys = np.ascontiguousarray(keys.reshape(-1)[self.pos])
+        self.send_counts = np.bincount(self.dest, minlength=W).astype(np.int64)
+        self.stream_counts = np.zeros((W, S), np.int64)
+        np.add.at(self.stream_counts, (self.dest, self.stream), 1)
+        group_of = group_ids(groups, S)
+        self.group_index = [np.flatnonzero(group_of[self.stream] == g) for g in range(len(groups))]
+        self.group_counts = [self.stream_counts[:, ids].sum(axis=1) for _, ids in groups]
+
+
+def group_ids(groups, n_streams):
+    """The group of each stream: ``[S]``."""
+    out = np.zeros(n_streams, np.int64)
+    for g, (_, ids) in enumerate(groups):
+        out[ids] = g
+    return out
+
+
+class Arrivals:
+    """The owner's side of one step, from ``counts [W, S]``: how many keys each peer sent for each stream.
+
+    The received keys arrive peer by peer, each peer's sorted by stream. ``index[s]``: the positions among the
+    received keys of stream s's keys (peer order); ``reply_pos[s]``: where their rows go in the reply of the
+    stream's group; ``group_counts[g] [W]``: the rows of group g that go back to each peer.
+    """
+
+    def __init__(self, counts, groups):
+        W, S = counts.shape
+        sid = np.repeat(np.tile(np.arange(S), W), counts.reshape(-1))  # the stream of each received key
+        group_of = group_ids(groups, S)
+        gid = group_of[sid]
+        rank_in_group = np.zeros(sid.size, np.int64)
+        for g in range(len(groups)):
+            mine = gid == g
+            rank_in_group[mine] = np.arange(int(mine.sum()))
+        self.index = [np.flatnonzero(sid == s) for s in range(S)]
+        self.reply_pos = [rank_in_group[i] for i in self.index]
+        self.group_sizes = [int(np.count_nonzero(gid == g)) for g in range(len(groups))]
+        self.group_counts = [counts[:, ids].sum(axis=1) for _, ids in groups]

@@ -1,0 +1,41 @@
+"""The sharded collection under a real ``mpiexec`` on the CPU: a DLRM on W ranks, each on its part of a global
+batch, trains like one process on the whole batch (table-, row- and column-wise plans, each with a
+data-parallel table); int8 all-to-alls stay within the codec's bound; snapshots reshard between 1 and 2 ranks.
+The workers in workers/ check against the one-process reference they compute themselves."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mpi4py", reason="the mpi backend needs mpi4py: pip install -e '.[mpi]'")
+WORKERS = Path(__file__).parent / "workers"
+# pip's mpich wheel puts mpiexec beside the venv's python, which need not be on PATH
+MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec beside python or on PATH: pip install mpich")]
+
+
+def mpiexec(n, script, *args, timeout_s=120):
+    """Run ``workers/script`` on ``n`` ranks; assert that it exits 0 with every rank saying "rank R: ok"."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_"))}
+    environ.update(GPUEMB_DEVICE="cpu", NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", GPUEMB_COMM_TIMEOUT="60")
+    done = subprocess.run([MPIEXEC, "-n", str(n), sys.executable, str(WORKERS / script), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout_s, env=environ)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    # mpiexec may splice the lines of different ranks together
+    assert sorted(map(int, re.findall(r"rank (\d+): ok", output))) == list(range(n)), output
+    return output
+
+
+@pytest.mark.parametrize("kind", ["table", "row", "column"])
+def test_two_ranks_train_like_one_process_on_the_global_batch(kind, rng):
+    mpiexec(2, "equivalence.py", kind, rng.integers(1 << 30))
+
+
+def test_four_ranks_train_like_one_process_row_wise(rng):
+    mpiexec(4, "equivalence.py", "row", rng.integers(1 << 30))

@@ -1,0 +1,52 @@
+"""What the mpiexec workers share: the tables, plans of each kind over W ranks, a small DLRM and its batches.
+
+Every rank rebuilds the same inputs from the seed, so each can train the one-process reference itself and compare
+its own shards with it.
+"""
+import numpy as np
+
+from gpuemb import models, optim
+from gpuemb.sharding import Placement, Plan, RankBudget, Shard, TableSpec
+from gpuemb.store.options import Initializer, TableConfig
+
+D, N_DENSE, KEYS = 8, 4, 60
+
+
+def configs(dtype="float32"):
+    """Four tables of four rules; the last one is small, the data-parallel one."""
+    rules = [(optim.RowwiseAdagradRule(), 0.1), (optim.AdamRule(), 0.01), (optim.AdagradRule(), 0.1),
+             (optim.RowwiseAdagradRule(), 0.1)]
+    return [TableConfig(f"t{i}", D, dtype, Initializer("uniform", seed=i + 1), rule, lr)
+            for i, (rule, lr) in enumerate(rules)]
+
+
+def placement(config, kind, W, rank=0):
+    spec = TableSpec.from_config(config, KEYS)
+    if kind == "table":
+        shards = (Shard(rank % W, KEYS, (0, D)),)
+    elif kind == "row":
+        shards = tuple(Shard(r, KEYS, (0, D), residue=r) for r in range(W))
+    elif kind == "column":
+        shards = tuple(Shard(r, KEYS, (D * r // W, D * (r + 1) // W)) for r in range(W))
+    else:
+        shards = tuple(Shard(r, KEYS, (0, D)) for r in range(W))
+    return Placement(spec, kind, shards)
+
+
+def plan(kind, W, tables=None):
+    """The first three tables placed ``kind`` (table-wise: on ranks 0, 1, 2 mod W), the last data-parallel."""
+    tables = tables or configs()
+    kinds = [kind] * (len(tables) - 1) + ["data"]
+    return Plan((RankBudget(1 << 30),) * W, tuple(placement(c, k, W, i) for i, (c, k) in enumerate(zip(tables, kinds))),
+                64, "fp32")
+
+
+def dlrm(tables=None):
+    return models.build("dlrm", N_DENSE, tables or configs(), seed=5, bottom=(16,), top=(16,))
+
+
+def batch(seed, step, G, F=4):
+    """The global batch of ``step``: dense [G, 4], sparse [G, F] with repeats across ranks, labels [G]."""
+    rng = np.random.default_rng([seed, step])
+    return (rng.standard_normal((G, N_DENSE)).astype(np.float32), rng.integers(0, KEYS, (G, F)),
+            rng.integers(0, 2, G).astype(np.float32))
