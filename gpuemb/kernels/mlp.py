@@ -18,6 +18,15 @@ Three steps make a layer's forward and backward; each has a NumPy reference, a C
 ``FusedMLP`` chains them over a stack of layers. It is one Function for the whole stack because DRELU_BGRAD fuses
 layer l-1's activation backward into layer l's input-gradient matmul, across what would be a Function boundary.
 
+Mixed precision (``FusedMLP(..., precision=)``, docs/precision.md): the parameters stay float32 (the master
+weights the optimizer updates) and the MLP's input and output stay in their dtype; inside, ``fp16`` casts the
+input and a float16 copy of W and b, runs every matmul with float16 operands and float32 accumulation
+(cuBLASLt's COMPUTE_32F), keeps activations and gradients in float16, and casts the weight and bias gradients
+back to float32. ``bf16`` keeps float32 arrays (CuPy has no bfloat16 dtype) and asks cuBLASLt for
+COMPUTE_32F_FAST_16BF, whose tensor cores round the operands to bfloat16 and accumulate in float32. Both run on
+a GPU only: the CPU path refuses them. This path has NOT run on a GPU yet; its CuPy-free logic (casts, compute
+types, float32 master gradients) is tested with NumPy stand-ins for the CUDA steps.
+
 The GPU path (the ``*_cuda`` functions, nvmath-python on CuPy arrays) is written against nvmath-python's
 documented API and has NOT yet run on a GPU; its tests are marked ``gpu``. It uses the one-shot ``matmul``, which
 plans on every call; caching ``Matmul`` plans per shape is the next step once it has been measured.
@@ -47,7 +56,7 @@ def weight_grad_ref(g, x, with_bias=True):
 
 
 def _input_grad(g, W, mask, scale, mask_backward):
-    gx = g @ W
+    gx = g if W is None else g @ W  # W None: g is already the matmul's result
     if mask is None:
         return gx, None
     gx = mask_backward(gx, mask, scale)
@@ -79,10 +88,19 @@ def input_grad_cpu(g, W, mask=None, scale=1.0):
 
 
 # -- GPU: cuBLASLt epilogues through nvmath-python (unrun on hardware so far) -----------------------------------
-def _nvmath():
+# precision -> (the dtype activations and the weights' copies are cast to, or None; cuBLASLt's compute type)
+PRECISIONS = {"fp32": (None, None), "fp16": (np.float16, "COMPUTE_32F"), "bf16": (None, "COMPUTE_32F_FAST_16BF")}
+
+
+def _nvmath(compute=None):
+    """``(matmul, MatmulEpilog)``; with ``compute`` (a ComputeType name) matmul runs with that compute type."""
     # Imported here: nvmath-python is part of the gpu extra, and only CuPy arrays ever reach these functions.
+    from nvmath.linalg import ComputeType
     from nvmath.linalg.advanced import MatmulEpilog, matmul
-    return matmul, MatmulEpilog
+    if compute is None:
+        return matmul, MatmulEpilog
+    options = {"compute_type": getattr(ComputeType, compute)}
+    return (lambda a, b, **kw: matmul(a, b, options=options, **kw)), MatmulEpilog
 
 
 def cublaslt_mask_words(cols):
@@ -99,8 +117,8 @@ def _mask_to_aux(mask):
     return mask.view(np.uint8).T
 
 
-def linear_forward_cuda(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True):
-    matmul, Epilog = _nvmath()
+def linear_forward_cuda(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True, compute=None):
+    matmul, Epilog = _nvmath(compute)
     xp = get_array_module(x)
     if not relu:
         return xp.ascontiguousarray(matmul(W, x.T, epilog=Epilog.BIAS, epilog_inputs={"bias": b}).T), None
@@ -111,42 +129,63 @@ def linear_forward_cuda(x, W, b, relu=False, p=0.0, seed=0, step=0, training=Tru
     return xp.ascontiguousarray(yT.T), _aux_to_mask(aux["relu_aux"])
 
 
-def weight_grad_cuda(g, x, with_bias=True):
+def weight_grad_cuda(g, x, with_bias=True, compute=None):
+    matmul, Epilog = _nvmath(compute)
     if not with_bias:
-        return g.T @ x, None
-    matmul, Epilog = _nvmath()
+        return (g.T @ x if compute is None else get_array_module(g).ascontiguousarray(matmul(x.T, g).T)), None
     gWT, aux = matmul(x.T, g, epilog=Epilog.BGRADB)
     return get_array_module(g).ascontiguousarray(gWT.T), aux["bgradb"]
 
 
-def input_grad_cuda(g, W, mask=None, scale=1.0):
+def input_grad_cuda(g, W, mask=None, scale=1.0, compute=None):
     if mask is None or W.shape[0] == 1:  # cuBLASLt's DRELU epilogues refuse K = 1
-        return _input_grad(g, W, mask, scale, relu_dropout_backward_cuda)
+        if compute is None:
+            return _input_grad(g, W, mask, scale, relu_dropout_backward_cuda)
+        matmul, _ = _nvmath(compute)
+        gx = get_array_module(g).ascontiguousarray(matmul(W.T, g.T).T)
+        return _input_grad(gx, None, mask, scale, relu_dropout_backward_cuda)
     if mask.shape[1] != cublaslt_mask_words(W.shape[1]):
         raise ValueError(f"input_grad_cuda: a mask of {mask.shape[1]} words per row is not cuBLASLt's layout "
                          f"for {W.shape[1]} columns ({cublaslt_mask_words(W.shape[1])} words)")
-    matmul, Epilog = _nvmath()
+    matmul, Epilog = _nvmath(compute)
     gxT, aux = matmul(W.T, g.T, alpha=scale, epilog=Epilog.DRELU_BGRAD, epilog_inputs={"relu_aux": _mask_to_aux(mask)})
     return get_array_module(g).ascontiguousarray(gxT.T), aux["drelu_bgrad"]
 
 
 # -- dispatchers ------------------------------------------------------------------------------------------------
-def linear_forward(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True):
-    """``(y, mask)`` of one fused layer ``act(x @ W.T + b)``: cuBLASLt epilogues on CuPy, BLAS + numba on NumPy."""
+def _on_gpu(a, compute, op):
+    """Whether ``a`` takes the GPU path; a cuBLASLt compute type on a NumPy array is refused."""
+    if is_device_array(a):
+        return True
+    if compute is not None:
+        raise ValueError(f"{op}: compute type {compute} (reduced precision) runs on a GPU only; the CPU path "
+                         "computes in the arrays' dtype, so use precision='fp32' there")
+    return False
+
+
+def linear_forward(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True, compute=None):
+    """``(y, mask)`` of one fused layer ``act(x @ W.T + b)``: cuBLASLt epilogues on CuPy, BLAS + numba on NumPy.
+
+    compute: a cuBLASLt compute type name for the GPU's matmul (``PRECISIONS``), None for its default."""
     if x.ndim != 2 or W.ndim != 2 or x.shape[1] != W.shape[1] or b.shape != (W.shape[0],):
         raise ValueError(f"linear_forward: want x [B, in], W [out, in], b [out]; got {x.shape}, {W.shape}, {b.shape}")
-    run = linear_forward_cuda if is_device_array(x) else linear_forward_cpu
-    return run(x, W, b, relu, p, seed, step, training)
+    if _on_gpu(x, compute, "linear_forward"):
+        return linear_forward_cuda(x, W, b, relu, p, seed, step, training, compute)
+    return linear_forward_cpu(x, W, b, relu, p, seed, step, training)
 
 
-def weight_grad(g, x, with_bias=True):
+def weight_grad(g, x, with_bias=True, compute=None):
     """``(gW, gb)`` from the pre-activation gradient g ``[B, out]`` and the layer input x ``[B, in]``."""
-    return (weight_grad_cuda if is_device_array(g) else weight_grad_cpu)(g, x, with_bias)
+    if _on_gpu(g, compute, "weight_grad"):
+        return weight_grad_cuda(g, x, with_bias, compute)
+    return weight_grad_cpu(g, x, with_bias)
 
 
-def input_grad(g, W, mask=None, scale=1.0):
+def input_grad(g, W, mask=None, scale=1.0, compute=None):
     """``(gx, gb)``: the gradient through W, then through the mask and scale of the layer below, if any."""
-    return (input_grad_cuda if is_device_array(g) else input_grad_cpu)(g, W, mask, scale)
+    if _on_gpu(g, compute, "input_grad"):
+        return input_grad_cuda(g, W, mask, scale, compute)
+    return input_grad_cpu(g, W, mask, scale)
 
 
 # -- autograd ---------------------------------------------------------------------------------------------------
@@ -169,41 +208,54 @@ class FusedMLP(Function):
     """A stack of fused layers: ``apply(x, W1, b1, ..., WL, bL)`` runs ``linear_forward`` layer after layer.
 
     layers: one FusedLayer per (W, b) pair. step: the dropout step counter. training: False turns dropout off.
+    precision: "fp32", or "fp16"/"bf16" on a GPU (see the module docstring): the input, output, parameters and
+    their gradients keep their dtypes; only the compute inside is reduced.
     """
 
-    def __init__(self, layers, step=0, training=True):
+    def __init__(self, layers, step=0, training=True, precision="fp32"):
+        if precision not in PRECISIONS:
+            raise ValueError(f"FusedMLP: precision={precision!r}; use one of {', '.join(PRECISIONS)}")
         self.layers = tuple(layer.validate() for layer in layers)
         self.step, self.training = step, training
+        self.cast, self.compute = PRECISIONS[precision]
+
+    def _in(self, a):
+        """``a`` in the compute dtype (a copy only where it changes)."""
+        return a if self.cast is None else a.astype(self.cast, copy=False)
 
     def forward(self, x, *params):
         if len(params) != 2 * len(self.layers):
             raise ValueError(f"FusedMLP: {len(self.layers)} layers need {2 * len(self.layers)} weights and biases, "
                              f"got {len(params)}")
+        self.dtypes = [a.dtype for a in (x, *params)]  # what each gradient is cast back to
+        params = [self._in(a) for a in params]  # float16 copies of the float32 master weights, made each step
         self.weights, self.layer_inputs, self.masks = params[0::2], [], []
+        y = self._in(x)
         for layer, W, b in zip(self.layers, self.weights, params[1::2]):
-            self.layer_inputs.append(x)
-            x, mask = linear_forward(x, W, b, layer.relu, layer.p, layer.seed, self.step, self.training)
+            self.layer_inputs.append(y)
+            y, mask = linear_forward(y, W, b, layer.relu, layer.p, layer.seed, self.step, self.training,
+                                     self.compute)
             self.masks.append(mask)
-        return x
+        return y.astype(x.dtype, copy=False)
 
     def _scale(self, i):
         return dropout_scale(self.layers[i].p, self.training)
 
     def backward(self, gy):
-        gy = get_array_module(gy).ascontiguousarray(gy)  # cuBLASLt wants a unit stride; a broadcast gy has none
-        n = len(self.layers)
+        gy = get_array_module(gy).ascontiguousarray(self._in(gy))  # cuBLASLt wants a unit stride
+        n, c = len(self.layers), self.compute
         g = gy if self.masks[-1] is None else relu_dropout_backward(gy, self.masks[-1], self._scale(n - 1))
         grads = [None] * (2 * n)
         gb = None  # the bias gradient of the current layer, where input_grad of the layer above made it
         for i in reversed(range(n)):
-            gW, gb_here = weight_grad(g, self.layer_inputs[i], with_bias=gb is None)
+            gW, gb_here = weight_grad(g, self.layer_inputs[i], gb is None, c)
             grads[2 * i], grads[2 * i + 1] = gW, gb_here if gb is None else gb
             if i:
-                g, gb = input_grad(g, self.weights[i], self.masks[i - 1], self._scale(i - 1))
-        gx = input_grad(g, self.weights[0])[0] if self.needs_input_grad[0] else None
-        return (gx, *grads)
+                g, gb = input_grad(g, self.weights[i], self.masks[i - 1], self._scale(i - 1), c)
+        gx = input_grad(g, self.weights[0], compute=c)[0] if self.needs_input_grad[0] else None
+        return tuple(None if g is None else g.astype(dtype, copy=False) for g, dtype in zip((gx, *grads), self.dtypes))
 
 
-def fused_linear(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True):
+def fused_linear(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True, precision="fp32"):
     """One fused layer ``act(x @ W.T + b)`` on Tensors: a FusedMLP of one layer."""
-    return FusedMLP([FusedLayer(relu, p, seed)], step, training).apply(x, W, b)
+    return FusedMLP([FusedLayer(relu, p, seed)], step, training, precision).apply(x, W, b)

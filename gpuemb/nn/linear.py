@@ -24,4 +24,4 @@ class Linear(Module):
         self.bias = Tensor(to_device(bias, dtype), requires_grad=True)
 
     def forward(self, x):
-        return fused_linear(x, self.weight, self.bias)
+        return fused_linear(x, self.weight, self.bias, precision=self.precision)

@@ -14,12 +14,14 @@ import numpy as np
 
 from gpuemb.autograd import Tensor
 from gpuemb.autograd.backend import get_array_module, to_host
+from gpuemb.kernels.mlp import PRECISIONS
 
 
 class Module:
     """Parameters and sub-modules by attribute, train/eval mode, and state dicts of NumPy arrays."""
 
     training = True
+    precision = "fp32"  # what the fused layers compute in: see set_precision
     extra_state_names = ()  # attributes that a resume needs but that are not parameters, e.g. ("step",)
 
     def forward(self, *args, **kwargs):
@@ -69,6 +71,16 @@ class Module:
 
     def eval(self):
         return self.train(False)
+
+    def set_precision(self, precision):
+        """The compute precision of this module and those below it: "fp32", or "fp16"/"bf16" on a GPU, where the
+        fused MLPs compute in reduced precision on copies of the float32 parameters (docs/precision.md); returns
+        self."""
+        if precision not in PRECISIONS:
+            raise ValueError(f"set_precision: {precision!r}; use one of {', '.join(PRECISIONS)}")
+        for m in self.modules():
+            m.precision = precision
+        return self
 
     def zero_grad(self):
         for p in self.parameters():
