@@ -13,6 +13,7 @@ least-used keys past it); ``host``/``ssd`` are a device cache of ``cache_rows`` 
 optional host cache of ``host_cache_rows`` over an ssd home.
 """
 import dataclasses
+import threading
 from collections import deque
 
 import numpy as np
@@ -57,7 +58,8 @@ class EmbeddingTable:
         self.format = RowFormat(config.rule, config.dim, config.dtype)  # float16 weights: see row_format.py
         self.levels = _levels(config, self.format, self._new_rows)
         self.top, self.home = self.levels[0], self.levels[-1]
-        self._prefetched = deque()  # pinned slots of prefetched batches, oldest first
+        self._prefetched = deque()  # (keys, unique keys, inverse, pinned slots) of prefetched batches, oldest first
+        self._lock = threading.Lock()  # held while a level's rows or bookkeeping change
         self._dirty = []  # arrays of keys updated since clear_dirty()
 
     def _new_rows(self, keys):
@@ -67,10 +69,20 @@ class EmbeddingTable:
     def __len__(self):
         return len(self.home)
 
-    def prefetch(self, keys):
+    def prefetch(self, keys, if_room=False):
         """Bring the rows of an upcoming batch's ``keys`` into the device rows and pin them until that batch's
-        update (the next ``lookup`` takes over the pins of the oldest prefetch)."""
-        self._prefetched.append(self.top.acquire(backend.unique(to_host(keys).astype(np.int64))))
+        update (the next ``lookup`` takes over the pins of the oldest prefetch, and when it is given the same
+        keys, its unique keys and slots as well). A training loop may call it from another thread while the
+        current batch computes. ``if_room``: do nothing, and return False, where the keys might not fit beside
+        the rows already pinned (rather than raise StoreFullError)."""
+        keys = np.array(to_host(keys), np.int64)  # a copy: the caller's array may change before the lookup
+        unique, inverse = backend.unique(keys, return_inverse=True)
+        with self._lock:
+            bound = self.top.bound
+            if if_room and bound is not None and bound - self.top.policy.n_pinned() < unique.size:
+                return False
+            self._prefetched.append((keys, unique, backend.to_device(inverse), self.top.acquire(unique)))
+        return True
 
     def lookup(self, keys, offsets=None, mode=None, insert=True):
         """Rows of ``keys [N]`` (int64): ``[N, D]``, or with CSR ``offsets [B+1]`` pooled per bag by ``mode``
@@ -83,14 +95,21 @@ class EmbeddingTable:
         if (offsets is None) != (mode is None):
             raise ValueError(f"{self.config.name}.lookup: pooling needs both offsets [B+1] and mode ('sum' or "
                              f"'mean'); got offsets={'None' if offsets is None else 'given'} and mode={mode!r}")
-        unique, inverse = backend.unique(to_host(keys).astype(np.int64), return_inverse=True)
-        inverse = backend.to_device(inverse.astype(np.int64))
+        keys = to_host(keys).astype(np.int64, copy=False)
         offsets = None if offsets is None else backend.to_device(np.asarray(to_host(offsets), np.int64))
         if not insert:
-            return Tensor(embedding_bag(self._peek(unique), inverse, offsets, mode or "sum"))
-        slots = self.top.acquire(unique)
-        if self._prefetched:
-            self.top.unpin(self._prefetched.popleft())
+            unique, inverse = backend.unique(keys, return_inverse=True)
+            return Tensor(embedding_bag(self._peek(unique), backend.to_device(inverse), offsets, mode or "sum"))
+        with self._lock:
+            ahead = self._prefetched.popleft() if self._prefetched else None
+            if ahead is not None and np.array_equal(ahead[0], keys):  # prefetched: sorted and pinned already
+                _, unique, inverse, slots = ahead
+            else:
+                unique, inverse = backend.unique(keys, return_inverse=True)
+                inverse = backend.to_device(inverse)
+                slots = self.top.acquire(unique)
+                if ahead is not None:
+                    self.top.unpin(ahead[3])
         weights = self.format.weights(self.top.tier.read(slots))
         if not is_grad_enabled():
             self.top.unpin(slots)
@@ -114,7 +133,10 @@ class EmbeddingTable:
 
     def _update(self, keys, slots, positions, grads):
         """The fused row update of the rows at ``positions`` among the batch's unique ``keys``, then unpin."""
-        positions = to_host(positions)
+        with self._lock:  # a prefetch on another thread may be moving rows of this level
+            self._update_rows(keys, slots, to_host(positions), grads)
+
+    def _update_rows(self, keys, slots, positions, grads):
         s = slots[positions]
         rows = self.format.unpack(self.top.tier.read(s))  # float16 weights: updated in float32, rounded back
         xp = backend.get_array_module(rows)

@@ -9,9 +9,13 @@ masks come from (seed, the MLP's step), which is module extra state; the shuffle
 the loader's position; new embedding rows from (seed, key); synthetic rows from (seed, split, row).
 """
 import math
+from concurrent.futures import ThreadPoolExecutor
 
-from gpuemb.autograd import bce_with_logits
-from gpuemb.autograd.backend import get_array_module
+import numpy as np
+
+from gpuemb.autograd import backend, bce_with_logits
+from gpuemb.autograd.backend import get_array_module, to_host
+from gpuemb.store.collection import EmbeddingCollection, feature_keys
 
 from .errors import ConfigError, DivergedError, TrainError
 
@@ -34,13 +38,17 @@ class Trainer:
         lr = self.optimizer.lr
         return lr, self.embedding_lr * lr / self.base_lr
 
-    def train_step(self, batch):
-        """One step on ``batch`` (label, dense, sparse arrays); returns the loss as a float."""
+    def train_step(self, batch, after_forward=None):
+        """One step on ``batch`` (label, dense, sparse arrays); returns the loss as a float.
+
+        ``after_forward()``, if given, is called once the forward (and so every lookup of the step) is done."""
         lr, embedding_lr = self.lrs
         for table in self.tables.values():
             table.lr = embedding_lr
         self.model.train()
         logits = self.model(batch.dense, batch.sparse)
+        if after_forward is not None:
+            after_forward()
         labels = batch.label
         if tuple(labels.shape) != logits.shape:
             raise TrainError(f"step {self.step + 1}: the model gives logits of shape {logits.shape} and the "
@@ -122,3 +130,95 @@ class Batches:
 
     def load_state_dict(self, state):
         self.loader.load_state_dict(state)
+
+
+def lookup_keys(collection, sparse):
+    """``[(table, keys)]``: the keys each table of ``collection`` looks up in a forward on ``sparse [B, F]``, as
+    ``EmbeddingCollection.forward`` forms them (a prefetch given the same keys hands the lookup its work)."""
+    sparse = np.asarray(to_host(sparse), np.int64)
+    if collection.shared:
+        mixed = np.stack([feature_keys(sparse[:, f], f) for f in range(sparse.shape[1])], axis=1)
+        return [(collection.tables[0], mixed.reshape(-1))]
+    return [(t, sparse[:, f]) for f, t in enumerate(collection.tables)]
+
+
+class Pipeline:
+    """Steps a Trainer on Batches; with ``overlap``, the next batch is prepared while this one computes.
+
+    Three things overlap: the loader's thread assembles batches ahead; batch i+1 is taken from it as step i
+    starts; and once step i's lookups are done, a worker thread sorts i+1's keys and ``prefetch``es its rows into
+    each table's device rows (on a GPU on a side stream, waited for before step i+1 starts), while step i's MLPs
+    run. Step i+1's lookups then find their unique keys and pinned slots ready. The results are the same bit for
+    bit with or without the overlap: a prefetch only moves rows and pins them, and a row is read at its lookup,
+    after step i's update. A prefetch that might not fit beside step i's pinned rows is skipped (the lookup then
+    does the work), and none is made across an evaluation or a checkpoint (``step(ahead=False)``), which must see
+    the tables as the step left them.
+
+    ``state_dict()`` is the loader's position after the last batch *trained*, not the one taken ahead.
+    """
+
+    def __init__(self, trainer, batches, overlap=True):
+        self.trainer, self.batches, self.overlap = trainer, batches, overlap
+        self.collections = [m for m in trainer.model.modules() if isinstance(m, EmbeddingCollection)]
+        self._it = self._ahead = self._job = self._state = None  # _state: after the last batch trained
+        self._worker = ThreadPoolExecutor(1, "gpuemb-prefetch") if overlap and self.collections else None
+        self._stream = backend.new_stream()
+        self.prefetched = self.skipped = 0  # table prefetches made, and skipped for want of room
+
+    def __enter__(self):
+        self._it = self.batches.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self._wait()
+        finally:
+            if self._worker is not None:
+                self._worker.shutdown()
+            self.batches.__exit__(*exc)
+
+    @property
+    def epoch(self):
+        return self.state_dict()["epoch"]
+
+    def state_dict(self):
+        return dict(self._state) if self._state is not None else self.batches.state_dict()
+
+    def step(self, ahead=True):
+        """One training step; returns its loss. ``ahead``: prepare the next batch during it."""
+        self._wait()
+        batch, state = self._take()
+        hook = None
+        if ahead and self._worker is not None:
+            self._ahead = (next(self._it), self.batches.state_dict())
+            hook = self._submitter(self._ahead[0].sparse)
+        loss = self.trainer.train_step(batch, after_forward=hook)
+        self._state = state
+        return loss
+
+    def _take(self):
+        if self._ahead is not None:
+            taken, self._ahead = self._ahead, None
+            return taken
+        return next(self._it), self.batches.state_dict()
+
+    def _submitter(self, sparse):
+        def submit():
+            self._job = self._worker.submit(self._prefetch, sparse)
+        return submit
+
+    def _prefetch(self, sparse):
+        # Step i's lookups were queued on the main stream; on a GPU, wait for them before moving rows beside them.
+        backend.synchronize()
+        with self._stream:
+            for collection in self.collections:
+                for table, keys in lookup_keys(collection, sparse):
+                    done = table.prefetch(keys, if_room=True)
+                    self.prefetched, self.skipped = self.prefetched + done, self.skipped + (not done)
+        self._stream.synchronize()
+
+    def _wait(self):
+        """Wait for the prefetch in flight, raising its error here."""
+        job, self._job = self._job, None
+        if job is not None:
+            job.result()

@@ -16,7 +16,7 @@ from . import checkpoint as ckpt
 from .data import SYNTHETIC_STEPS, open_data
 from .errors import ConfigError, DivergedError, ResumeError
 from .evaluate import evaluate
-from .loop import Batches, Trainer, non_finite
+from .loop import Batches, Pipeline, Trainer, non_finite
 from .metrics_log import MetricsLog
 from .model import build_model, embedding_tables
 from .optimizer import build_optimizer
@@ -46,10 +46,10 @@ class Run:
     """The parts of a run of ``config``; ``close()`` releases its files and temporary folders.
 
     With ``--resume``, the checkpoint's manifest and config are checked first, before anything is built, and
-    ``resume()`` then loads it.
+    ``resume()`` then loads it. ``data``: a ``DataSet`` to train on instead of the config's (a benchmark's).
     """
 
-    def __init__(self, config):
+    def __init__(self, config, data=None):
         self.config, self.checkpoint = config, None
         if config.resume:
             folder = ckpt.resolve(config.checkpoint_dir if config.resume == "latest" else config.resume)
@@ -58,14 +58,14 @@ class Run:
             self.checkpoint = (folder, body["config"])
         self._tmp = tempfile.TemporaryDirectory(prefix="gpuemb-train-")
         try:
-            self._build(config)
+            self._build(config, data)
         except BaseException:
             self.close()
             raise
 
-    def _build(self, config):
+    def _build(self, config, data):
         batch = config.batch_size or BATCH_SIZE
-        self.data = open_data(config, self._tmp.name, config.train_rows or SYNTHETIC_ROWS)
+        self.data = data or open_data(config, self._tmp.name, config.train_rows or SYNTHETIC_ROWS)
         if config.batch_size is None and not self.data.synthetic:
             batch = max(1, min(batch, self.data.train.n_rows // 10))
         self.batch_size = batch
@@ -89,6 +89,7 @@ class Run:
         self.tables = embedding_tables(self.model)
         self.optimizer = build_optimizer(config, self.model, self.total_steps)
         self.trainer = Trainer(self.model, self.optimizer, self.tables, config.lr, config.embedding_lr)
+        self.pipeline = Pipeline(self.trainer, self.batches, config.pipeline)
         self.eval_every = config.eval_every or max(1, self.total_steps // 4)
         self.window = []  # losses of the steps since the last train record
         self.last_checkpoint = None
@@ -97,10 +98,17 @@ class Run:
     def step(self):
         return self.trainer.step
 
+    def may_prepare_next(self):
+        """Whether the next step may prepare the batch after it: not past the end, and not across an evaluation
+        or a checkpoint, which see the tables as a step leaves them."""
+        after, c = self.step + 1, self.config
+        checkpoint = c.checkpoint_dir and c.checkpoint_every and after % c.checkpoint_every == 0
+        return after < self.total_steps and after % self.eval_every != 0 and not checkpoint
+
     # -- state -----------------------------------------------------------------------------------------------------
     def state_dict(self):
         """Everything but the tables' rows: the trainer's state, the loader's position, the loss window."""
-        return {"trainer": self.trainer.state_dict(), "loader": self.batches.state_dict(),
+        return {"trainer": self.trainer.state_dict(), "loader": self.pipeline.state_dict(),
                 "loop": {"window": list(self.window)}}
 
     def save_checkpoint(self):
@@ -154,7 +162,7 @@ class Run:
         """The mean loss of the steps since the last train record (then forgotten), the lrs of the last step."""
         loss = sum(self.window) / len(self.window)
         self.window = []
-        return {"kind": "train", "step": self.step, "epoch": self.batches.epoch, "samples": self.trainer.samples,
+        return {"kind": "train", "step": self.step, "epoch": self.pipeline.epoch, "samples": self.trainer.samples,
                 "loss": loss, "lr": lrs[0], "embedding_lr": lrs[1], "samples_per_s": samples_per_s}
 
     def eval_record(self):
@@ -163,7 +171,7 @@ class Run:
             result = evaluate(self.model, self.data.eval, self.data.n_tasks, self.config.eval_rows, self.batch_size)
         except ValueError as e:  # the metrics refuse NaN or infinite logits
             raise DivergedError(f"the evaluation after step {self.step} failed: {e}; {self.advice()}") from None
-        record = {"kind": "eval", "step": self.step, "epoch": self.batches.epoch, "samples": self.trainer.samples,
+        record = {"kind": "eval", "step": self.step, "epoch": self.pipeline.epoch, "samples": self.trainer.samples,
                   **result}
         if self.data.teacher_auc is not None:
             record["teacher_auc"] = self.data.teacher_auc
@@ -193,11 +201,11 @@ def train(config, reporter=None):
         reporter.start(run)
         first, start = run.step, time.perf_counter()
         busy, timed = 0.0, 0  # seconds in training steps since the last train record, and how many steps
-        with run.batches as batches:
+        with run.pipeline as pipeline:
             while run.step < run.total_steps:
                 lrs, t = run.trainer.lrs, time.perf_counter()
                 try:
-                    loss = run.trainer.train_step(next(batches))
+                    loss = pipeline.step(ahead=run.may_prepare_next())
                 except DivergedError as e:
                     raise DivergedError(f"{e}; {run.advice()}") from None
                 busy, timed = busy + time.perf_counter() - t, timed + 1
