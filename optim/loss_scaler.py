@@ -7,6 +7,10 @@ divides them back before the optimizer sees them, and skips the step when any ca
     stepped = scaler.step(optimizer)   # unscale in place, check, step or skip
     scaler.update()                    # back off after an overflow, grow after growth_interval clean ones
 
+Gradients that no optimizer holds (an embedding table's held row gradients) are unscaled and checked with
+``unscale_arrays_`` before ``step``; a non-finite one among them makes ``step`` skip too, so a step is taken
+whole or not at all.
+
 A static scaler is a dynamic one with growth and backoff factors of 1: ``LossScaler.static(1024.0)``. It still
 skips a step with non-finite gradients, and warns, since its scale cannot change to stop that.
 """
@@ -88,16 +92,18 @@ class LossScaler:
         return self._unscaled[id(optimizer)]
 
     def step(self, optimizer):
-        """Unscale (unless ``unscale_`` already did), then step the optimizer if all gradients are finite.
+        """Unscale (unless ``unscale_`` already did), then step the optimizer if every gradient checked since the
+        last ``update()`` (its own and any passed to ``unscale_arrays_``) is finite.
 
         Returns whether it stepped.
         """
         if id(optimizer) in self._stepped:
             raise RuntimeError("LossScaler.step: step() was already called on this optimizer since the last "
                                "update(); call update() once per iteration")
-        finite = self._unscaled[id(optimizer)] if id(optimizer) in self._unscaled else self.unscale_(optimizer)
+        if id(optimizer) not in self._unscaled:
+            self.unscale_(optimizer)
         self._stepped.add(id(optimizer))
-        if finite:
+        if not self._found_inf:
             optimizer.step()
             return True
         self.steps_skipped += 1

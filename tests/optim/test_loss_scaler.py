@@ -80,6 +80,18 @@ def test_an_array_shared_by_two_grads_is_unscaled_once(rng):
     assert b.grad is a.grad
 
 
+def test_a_non_finite_array_outside_the_optimizer_skips_its_step_too(rng):
+    scaler = LossScaler(init_scale=8.0)
+    w, _, opt = setup(np, rng, scaler)
+    held = np.array([16.0, np.inf])  # e.g. an embedding table's row gradients, held until the step
+    assert scaler.unscale_arrays_([held]) is False and held[0] == 2.0
+    w0 = w.data.copy()
+    assert scaler.step(opt) is False
+    scaler.update()
+    np.testing.assert_array_equal(w.data, w0)
+    assert scaler.loss_scale == 4.0 and scaler.steps_skipped == 1
+
+
 def test_unscale_then_step_does_not_unscale_again(rng):
     scaler = LossScaler(init_scale=16.0)
     w, x, opt = setup(np, rng, scaler)
