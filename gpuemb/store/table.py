@@ -61,6 +61,7 @@ class EmbeddingTable:
         self._prefetched = deque()  # (keys, unique keys, inverse, pinned slots) of prefetched batches, oldest first
         self._lock = threading.Lock()  # held while a level's rows or bookkeeping change
         self._dirty = []  # arrays of keys updated since clear_dirty()
+        self.held = None  # a list while updates wait for release_updates() (a loss-scaled step), else None
 
     def _new_rows(self, keys):
         w = initial_weights(self.config.initializer, keys, self.dim, self.config.dtype)
@@ -133,6 +134,9 @@ class EmbeddingTable:
 
     def _update(self, keys, slots, positions, grads):
         """The fused row update of the rows at ``positions`` among the batch's unique ``keys``, then unpin."""
+        if self.held is not None:  # the step may yet be skipped: keep it, rows pinned, for release_updates()
+            self.held.append((keys, slots, positions, grads))
+            return
         with self._lock:  # a prefetch on another thread may be moving rows of this level
             self._update_rows(keys, slots, to_host(positions), grads)
 
@@ -147,6 +151,22 @@ class EmbeddingTable:
         self.top.dirty[s] = True
         self._dirty.append(keys[positions])
         self.top.unpin(slots)
+
+    def hold_updates(self):
+        """Keep the row updates of the coming backwards, rows pinned, until ``release_updates``; returns the list of
+        their ``(keys, slots, positions, grads)``, whose grads a loss scaler unscales and checks in place."""
+        self.held = []
+        return self.held
+
+    def release_updates(self, apply=True):
+        """Apply the held updates, or for a skipped step drop them, unpinning their rows either way."""
+        held, self.held = self.held or [], None
+        for keys, slots, positions, grads in held:
+            if apply:
+                self._update(keys, slots, positions, grads)
+            else:
+                with self._lock:
+                    self.top.unpin(slots)
 
     # -- the interface of snapshots ------------------------------------------------------------------------------
     def dirty_keys(self):

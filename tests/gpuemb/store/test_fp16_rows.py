@@ -137,3 +137,21 @@ def test_a_snapshot_keeps_float16_weights_and_restores_bit_for_bit(rng, tmp_path
     for k in before:
         np.testing.assert_array_equal(before[k].view(np.uint16), after[k].view(np.uint16))
     train(fresh, ref, rng, steps=2)  # and it trains on from there like the reference
+
+
+@pytest.mark.parametrize("apply", [True, False])
+def test_held_updates_wait_for_release_and_a_skip_changes_nothing(rng, apply):
+    table, ref = EmbeddingTable(config(AdagradRule())), EmbeddingTable(config(AdagradRule()))
+    keys = rng.integers(0, 30, 20)
+    gy = rng.standard_normal((20, D)).astype(np.float32)
+    held = table.hold_updates()
+    (table.lookup(keys) * Tensor(gy)).sum().backward()
+    (ref.lookup(keys) * Tensor(gy)).sum().backward()
+    before = stored_rows(table)  # the backward held its update
+    assert len(held) == 1 and table.top.policy.n_pinned() == np.unique(keys).size
+    table.release_updates(apply)
+    assert table.top.policy.n_pinned() == 0 and table.held is None
+    after, updated = stored_rows(table), stored_rows(ref)
+    for k in after:
+        same = after[k].view(np.uint16)
+        np.testing.assert_array_equal(same, (updated if apply else before)[k].view(np.uint16))
