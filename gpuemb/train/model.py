@@ -56,6 +56,7 @@ def build_model(config, data, ssd_dir=None, table_lr=None):
                              **hyper)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"--model {config.model}: {e}") from None
+    model.set_precision(config.precision)  # the fused MLPs' compute; the parameters stay float32
     n_tasks = getattr(model, "n_tasks", 1)
     if n_tasks != data.n_tasks:
         hint = ("use a multi-task model (--model mmoe)" if data.n_tasks > 1 else

@@ -3,8 +3,10 @@
 The schedule is made for the run's total step count: ``warmup_poly`` decays to the last step and ``cosine``
 ends there unless ``--decay-steps`` says otherwise. The embedding rows follow the same schedule: their lr is
 ``--embedding-lr`` times the schedule's factor at that step (see :class:`~gpuemb.train.loop.Trainer`).
+
+``--precision fp16`` adds a dynamic loss scaler, and ``scaled_step`` then takes the place of backward and step.
 """
-from gpuemb.optim import SGD, Adagrad, Adam, AdamW, ConstantLR, CosineLR, StepLR, WarmupPolyDecayLR
+from gpuemb.optim import SGD, Adagrad, Adam, AdamW, ConstantLR, CosineLR, LossScaler, StepLR, WarmupPolyDecayLR
 
 from .errors import ConfigError
 
@@ -32,3 +34,28 @@ def build_schedule(config, total_steps):
 def build_optimizer(config, model, total_steps):
     """``--optimizer`` over the model's dense parameters, its lr following ``build_schedule``."""
     return OPTIMIZERS[config.optimizer](model.named_parameters(), lr=build_schedule(config, total_steps))
+
+
+def build_scaler(config):
+    """The loss scaler of ``--precision``: dynamic for fp16, whose gradients underflow without it; None for fp32
+    and bf16, which has float32's exponent range."""
+    return LossScaler() if config.precision == "fp16" else None
+
+
+def scaled_step(loss, optimizer, tables, scaler):
+    """Backward of the scaled loss, then the dense step and the tables' row updates together; returns whether it
+    stepped. Each table holds its row updates through the backward; once the scaler has unscaled and checked them
+    with the dense gradients, all are applied, or, on inf or NaN, none (and the scale backs off)."""
+    held = [table.hold_updates() for table in tables.values()]
+    try:
+        scaler.scale(loss).backward()
+        scaler.unscale_arrays_([grads for h in held for *_, grads in h])
+        stepped = scaler.step(optimizer)
+    except BaseException:
+        for table in tables.values():
+            table.release_updates(apply=False)
+        raise
+    for table in tables.values():
+        table.release_updates(stepped)
+    scaler.update()
+    return stepped
