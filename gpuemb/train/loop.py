@@ -18,6 +18,7 @@ from gpuemb.autograd.backend import get_array_module, to_host
 from gpuemb.store.collection import EmbeddingCollection, feature_keys
 
 from .errors import ConfigError, DivergedError, TrainError
+from .optimizer import scaled_step
 
 
 class Trainer:
@@ -27,8 +28,8 @@ class Trainer:
     ``embedding_lr × lr / base_lr``, with ``lr`` the schedule's dense lr at that step and ``base_lr`` its peak.
     """
 
-    def __init__(self, model, optimizer, tables, base_lr, embedding_lr):
-        self.model, self.optimizer, self.tables = model, optimizer, tables
+    def __init__(self, model, optimizer, tables, base_lr, embedding_lr, scaler=None):
+        self.model, self.optimizer, self.tables, self.scaler = model, optimizer, tables, scaler  # scaler: fp16
         self.base_lr, self.embedding_lr = base_lr, embedding_lr
         self.step, self.samples = 0, 0  # steps taken and samples trained on, in all (resumes included)
 
@@ -60,8 +61,11 @@ class Trainer:
             raise DivergedError(f"the loss became {value} at step {self.step + 1} (lr {lr:g}, embedding lr "
                                 f"{embedding_lr:g})")
         self.optimizer.zero_grad()
-        loss.backward()
-        self.optimizer.step()
+        if self.scaler is None:
+            loss.backward()
+            self.optimizer.step()
+        else:  # --precision fp16: the step is skipped, rows and all, where a gradient overflowed
+            scaled_step(loss, self.optimizer, self.tables, self.scaler)
         self.step += 1
         self.samples += batch.rows
         bad = non_finite(self.model)
@@ -73,13 +77,16 @@ class Trainer:
     def state_dict(self):
         """The dense model, its extra state (the dropout counters), the optimizer and the counters."""
         return {"model": self.model.state_dict(), "module_state": self.model.extra_states(),
-                "optimizer": self.optimizer.state_dict(), "step": self.step, "samples": self.samples}
+                "optimizer": self.optimizer.state_dict(), "step": self.step, "samples": self.samples,
+                **({"scaler": self.scaler.state_dict()} if self.scaler else {})}
 
     def load_state_dict(self, state):
         self.model.load_state_dict(state["model"])
         self.model.load_extra_states(state["module_state"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.samples = int(state["step"]), int(state["samples"])
+        if self.scaler is not None:
+            self.scaler.load_state_dict(state["scaler"])
 
 
 def non_finite(model):

@@ -19,7 +19,7 @@ from .evaluate import evaluate
 from .loop import Batches, Pipeline, Trainer, non_finite
 from .metrics_log import MetricsLog
 from .model import build_model, embedding_tables
-from .optimizer import build_optimizer
+from .optimizer import build_optimizer, build_scaler
 
 BATCH_SIZE = 4096  # the default; small data gets at most a tenth of its training rows
 SYNTHETIC_ROWS = 1 << 22  # synthetic training rows unless --train-rows says; not from --steps, so a resume fits
@@ -88,7 +88,8 @@ class Run:
         self.model = build_model(config, self.data, ssd_dir, saved_lr)
         self.tables = embedding_tables(self.model)
         self.optimizer = build_optimizer(config, self.model, self.total_steps)
-        self.trainer = Trainer(self.model, self.optimizer, self.tables, config.lr, config.embedding_lr)
+        self.trainer = Trainer(self.model, self.optimizer, self.tables, config.lr, config.embedding_lr,
+                               build_scaler(config))
         self.pipeline = Pipeline(self.trainer, self.batches, config.pipeline)
         self.eval_every = config.eval_every or max(1, self.total_steps // 4)
         self.window = []  # losses of the steps since the last train record
