@@ -12,7 +12,8 @@ Two things make a set of column shards train exactly like the whole table:
   gradients (``pending_sums``); the collection adds these sums up over the table's shards with one all-to-all,
   and ``finish(total)`` sets each accumulator to grow by ``total / dim`` before the fused rule runs. Every shard
   sees the same keys in the same order (each requester sends each shard the same list), so their sums line up
-  key by key, and every shard ends with the same accumulator, the whole row's.
+  key by key, and every shard ends with the whole row's accumulator, up to rounding: each shard's last float32
+  addition is its own, an ulp or so apart a step.
 """
 import dataclasses
 

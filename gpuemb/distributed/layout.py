@@ -28,8 +28,9 @@ def resized(layout, cols, new_cols, rule):
 
 def copy_columns(src, src_layout, src_cols, dst, dst_layout, dst_cols, rule):
     """Copy into rows ``dst`` (a shard of weight columns ``dst_cols = (a, b)`` of the whole row) the columns they
-    share with rows ``src`` (a shard of ``src_cols``), part by part; per-row parts are copied whole (every shard
-    keeps the same value, see ``column.py``). Both are ``[n, width]``, row i the same key."""
+    share with rows ``src`` (a shard of ``src_cols``), part by part. A per-row part is copied whole from the shard
+    that holds ``dst``'s first column (every shard keeps the same value up to rounding, see ``column.py``). Both
+    are ``[n, width]``, row i the same key."""
     grows = per_column(rule)
     lo, hi = max(src_cols[0], dst_cols[0]), min(src_cols[1], dst_cols[1])
     if lo >= hi:
@@ -37,7 +38,8 @@ def copy_columns(src, src_layout, src_cols, dst, dst_layout, dst_cols, rule):
     for name, (s0, s1) in src_layout.items():
         d0, d1 = dst_layout[name]
         if name not in grows:
-            dst[:, d0:d1] = src[:, s0:s1]
+            if src_cols[0] <= dst_cols[0]:  # the shard holding dst's first column gives the per-row state
+                dst[:, d0:d1] = src[:, s0:s1]
             continue
         k = (s1 - s0) // (src_cols[1] - src_cols[0])
         dst[:, d0 + k * (lo - dst_cols[0]):d0 + k * (hi - dst_cols[0])] = \

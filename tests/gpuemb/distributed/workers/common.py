@@ -33,11 +33,11 @@ def placement(config, kind, W, rank=0):
     return Placement(spec, kind, shards)
 
 
-def plan(kind, W, tables=None):
-    """The first three tables placed ``kind`` (table-wise: on ranks 0, 1, 2 mod W), the last data-parallel."""
-    tables = tables or configs()
-    kinds = [kind] * (len(tables) - 1) + ["data"]
-    return Plan((RankBudget(1 << 30),) * W, tuple(placement(c, k, W, i) for i, (c, k) in enumerate(zip(tables, kinds))),
+def plan(kinds, W):
+    """The four tables placed by ``kinds`` (one each; table-wise tables go on ranks 0, 1, 2 mod W), or by one kind
+    for the first three and data-parallel for the last."""
+    kinds = [kinds] * 3 + ["data"] if isinstance(kinds, str) else kinds
+    return Plan((RankBudget(1 << 30),) * W, tuple(placement(c, k, W, i) for i, (c, k) in enumerate(zip(configs(), kinds))),
                 64, "fp32")
 
 
@@ -50,3 +50,4 @@ def batch(seed, step, G, F=4):
     rng = np.random.default_rng([seed, step])
     return (rng.standard_normal((G, N_DENSE)).astype(np.float32), rng.integers(0, KEYS, (G, F)),
             rng.integers(0, 2, G).astype(np.float32))
+

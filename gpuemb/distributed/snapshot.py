@@ -1,0 +1,157 @@
+"""Snapshots of a sharded collection that load into another number of ranks, resharded by key.
+
+Saving: each of the N ranks writes one ordinary snapshot file (``store.snapshot``), ``<prefix>.rank<r>-of-<N>.h5``,
+holding its shard of each table (keys, rows, update counts); rank 0 alone writes the data-parallel replicas. The
+file's meta records, under ``"sharded"``, the save's id (the same in all N files), the rank, N, and each table's
+placement kind, weight columns and whole dim.
+
+Loading into M ranks: every rank opens all N files, checks that they are one save's N files and that each table's
+config matches (the dim aside, which a column shard narrows), then, for each table it holds under its new plan,
+streams the stored chunks of every old shard whose columns meet its own and imports the keys it now owns:
+row-wise by ``owner_hash(key) % M``, every key otherwise. Column shards are joined or split by columns
+(``layout.copy_columns``): where a new shard takes columns from several old ones, each key's row is completed
+piece by piece. Nothing is staged whole: one stored chunk at a time.
+
+Nothing half-loaded: a first pass reads every chunk it will import and checks its checksums, the ranks agree by
+an allreduce that all of them passed, and only then does any rank import; a corrupt or missing file makes every
+rank raise a ``SnapshotError`` with its tables left empty.
+"""
+import json
+import os
+import uuid
+
+import numpy as np
+
+from gpuemb.store.checkpoint import save_snapshot
+from gpuemb.store.snapshot import SnapshotError, read_snapshot
+
+from .layout import copy_columns, resized
+
+
+def shard_path(prefix, rank, world_size):
+    """The file rank ``rank`` of ``world_size`` writes for ``prefix``."""
+    return f"{os.fspath(prefix)}.rank{rank}-of-{world_size}.h5"
+
+
+def save_sharded(collection, prefix, meta=None):
+    """Write this rank's shards of ``collection`` (a ShardedEmbeddingCollection) to ``shard_path(prefix, ...)``
+    and return that path; every rank must call it. The files are whole on every rank's return."""
+    comm = collection.comm
+    save_id = comm.broadcast(np.frombuffer(uuid.uuid4().bytes, np.uint8).copy(), root=0).tobytes().hex()
+    shards = {n: s for n, s in collection.shards.items() if s.kind != "data" or comm.rank == 0}
+    info = {n: {"kind": s.kind, "cols": list(s.cols), "dim": collection.dim} for n, s in shards.items()}
+    path = shard_path(prefix, comm.rank, comm.world_size)
+    sharded = {"id": save_id, "rank": comm.rank, "world_size": comm.world_size, "shards": info}
+    save_snapshot({n: s.table for n, s in shards.items()}, path, meta={**(meta or {}), "sharded": sharded})
+    comm.barrier()
+    return path
+
+
+def _same_config(saved, live):
+    """The fields of two config dicts that differ, but for where the rows live and a column shard's dim."""
+    def flat(d):
+        return {k: json.dumps(v, sort_keys=True) for k, v in d.items() if k not in ("options", "dim")}
+    a, b = flat(saved), flat(live)
+    return [f"{k} is {a.get(k)} there and {b.get(k)} here" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+
+
+def _open_save(paths):
+    """The N snapshots of one save, by old rank, checked to belong together."""
+    snaps = [read_snapshot(p) for p in paths]
+    marks = [s.meta.get("sharded") for s in snaps]
+    for s, m in zip(snaps, marks):
+        if not m:
+            raise SnapshotError(f"{s.path}: not a shard of a sharded save (its meta has no 'sharded'); pass the "
+                                "files save_sharded wrote")
+    first = marks[0]
+    ranks = sorted(m["rank"] for m in marks)
+    if any(m["id"] != first["id"] for m in marks) or ranks != list(range(first["world_size"])):
+        found = ", ".join(f"{s.path} (save {m['id'][:8]}, rank {m['rank']} of {m['world_size']})"
+                          for s, m in zip(snaps, marks))
+        raise SnapshotError(f"load_sharded: the files are not the {first['world_size']} files of one save: {found}; "
+                            "pass every rank's file of the same save_sharded call")
+    return sorted(snaps, key=lambda s: s.meta["sharded"]["rank"])
+
+
+def _sources(snaps, shard):
+    """``[(SnapshotTable, old cols)]``: the old shards of ``shard``'s table whose columns meet its own."""
+    out = []
+    for s in snaps:
+        info = s.meta["sharded"]["shards"].get(shard.name)
+        if info is None:
+            continue
+        if shard.name not in s.tables:
+            raise SnapshotError(f"{s.path}: its meta lists table {shard.name!r} but the file holds no such table; "
+                                "the file is corrupt, so write the snapshot again")
+        cols = tuple(info["cols"])
+        if cols[0] < shard.cols[1] and shard.cols[0] < cols[1]:
+            out.append((s.tables[shard.name], cols))
+    covered = sorted({c for _, c in out})
+    if not out or covered[0][0] > shard.cols[0] or max(c[1] for c in covered) < shard.cols[1]:
+        raise SnapshotError(f"load_sharded: no saved shards of table {shard.name!r} cover its columns "
+                            f"{shard.cols}; the save holds {covered or 'none'}; pass the files of a save of it")
+    for part, _ in out:
+        diff = _same_config(part.config, shard.table.config.to_dict())
+        if diff:
+            raise SnapshotError(f"{part.path}: table {shard.name!r} was saved with another config: "
+                                f"{'; '.join(diff)}; build the table with the config it was saved with")
+    return out
+
+
+def _owned(collection, shard, keys):
+    """The mask of ``keys`` that this rank's ``shard`` holds under the collection's plan."""
+    if shard.kind != "row":
+        return np.ones(keys.size, bool)
+    return collection.plan.owner_of(shard.name, keys) == collection.comm.rank
+
+
+def load_sharded(collection, paths):
+    """Fill the fresh (empty) tables of ``collection`` from the N files of a ``save_sharded`` (any order), each
+    rank taking the keys and columns its plan gives it. Every rank must call it with the same files."""
+    comm = collection.comm
+    try:
+        snaps = _open_save([os.fspath(p) for p in paths])
+        work = []
+        for shard in collection.shards.values():
+            if len(shard.table):
+                raise ValueError(f"load_sharded: table {shard.name!r} already holds {len(shard.table)} keys; load "
+                                 "into a freshly built collection")
+            work.append((shard, _sources(snaps, shard)))
+        for _, sources in work:
+            for part, _ in sources:
+                for _ in part.chunks():  # checks every chunk's checksums, keeping nothing
+                    pass
+        error = None
+    except (SnapshotError, ValueError, OSError) as e:
+        error = e
+    failed = comm.allreduce(np.array([error is not None], np.int64))
+    if error is not None:
+        raise error
+    if failed[0]:
+        raise SnapshotError(f"load_sharded: {int(failed[0])} other rank(s) could not read or check their part of "
+                            f"{[os.fspath(p) for p in paths]} (their errors name the file); nothing was loaded")
+    for shard, sources in work:
+        for part, cols in sources:
+            _import(collection, shard, part, cols)
+
+
+def _import(collection, shard, part, cols):
+    """Import the owned keys of one old shard ``part`` (weight columns ``cols``) into ``shard``, chunk by chunk."""
+    table, rule = shard.table, shard.table.rule
+    width = cols[1] - cols[0]
+    whole = cols == shard.cols
+    dst_layout = resized(part.layout, width, shard.cols[1] - shard.cols[0], rule)
+    for keys, rows, steps in part.chunks():
+        keep = _owned(collection, shard, keys)
+        keys, rows = keys[keep], rows[keep]
+        steps = np.zeros(keys.size, np.int32) if steps is None else steps[keep]
+        if not keys.size:
+            continue
+        if whole:
+            table.import_rows(keys, rows, steps)
+            continue
+        current = np.zeros((keys.size, list(dst_layout.values())[-1][1]), rows.dtype)
+        order = np.argsort(keys)
+        for k, r, _ in table.export(keys):  # the columns earlier old shards gave these keys
+            current[order[np.searchsorted(keys[order], k)]] = r
+        table.import_rows(keys, copy_columns(rows, part.layout, cols, current, dst_layout, shard.cols, rule), steps)
