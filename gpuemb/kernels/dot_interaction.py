@@ -185,9 +185,13 @@ def _tri_row(p):
 
 @functools.cache
 def _cuda_kernels(dtype):
-    """The forward and backward kernels for one float dtype (the shared tile's type is fixed at compile time)."""
+    """The forward and backward kernels for one float dtype (the shared tile's type is fixed at compile time).
+
+    float16 (mixed precision) stages float16 tiles and sums each dot in float32, rounding once per 32-column
+    tile; this half variant has run only in numba's simulator so far, not on a GPU."""
     nb_type = numba.from_dtype(np.dtype(dtype))
-    zero = np.dtype(dtype).type(0)
+    acc = numba.float32 if np.dtype(dtype) == np.float16 else nb_type  # the type a dot is summed in
+    zero = acc(0)
 
     @cuda.jit
     def forward(bottom, emb, out, diag):
@@ -214,7 +218,7 @@ def _cuda_kernels(dtype):
                 i -= diag
                 s = zero
                 for c in range(w):
-                    s += zs[i, c] * zs[j, c]
+                    s += acc(zs[i, c]) * acc(zs[j, c])
                 if d0 == 0:
                     out[b, D + p] = s
                 else:
@@ -243,8 +247,8 @@ def _cuda_kernels(dtype):
                         hi, lo = max(i, j), min(i, j)
                         if hi == lo and diag == 0:
                             continue
-                        g = gy[b, D + (hi + diag) * (hi + diag - 1) // 2 + lo]
-                        s += (g + g if hi == lo else g) * zs[j, c]
+                        g = acc(gy[b, D + (hi + diag) * (hi + diag - 1) // 2 + lo])
+                        s += (g + g if hi == lo else g) * acc(zs[j, c])
                     if i == 0:
                         g_bottom[b, d0 + c] = gy[b, d0 + c] + s
                     else:

@@ -113,6 +113,26 @@ def test_cuda_kernels_match_reference(rng, B, F, D, diag):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.cudasim
+def test_cuda_half_variant_sums_in_float32(rng):
+    """Mixed precision: float16 in and out, each dot summed in float32 (D = 40 takes two tiles)."""
+    B, F, D = 8, 4, 40
+    bottom, emb = _inputs(rng, B, F, D, np.float16)
+    gy = rng.standard_normal((B, output_width(F, D))).astype(np.float16)
+    b32, e32, g32 = bottom.astype(np.float32), emb.astype(np.float32), gy.astype(np.float32)
+    y = dot_interaction_cuda(bottom, emb)
+    assert y.dtype == np.float16
+    want, tile = dot_interaction_ref(b32, e32), dot_interaction_ref(b32[:, :32], e32[:, :, :32])[:, 32:]
+    # Rounded to float16 twice (after the first tile, then at the end): within half an ulp of each, where
+    # float16 sums would drift by several ulps.
+    bound = 2.0 ** -11 * (np.abs(tile) + np.abs(want[:, D:])) + 1e-6
+    assert (np.abs(y[:, D:].astype(np.float32) - want[:, D:]) <= bound).all()
+    np.testing.assert_array_equal(y[:, :D], bottom)
+    for got, want in zip(dot_interaction_backward_cuda(gy, bottom, emb), dot_interaction_backward_ref(g32, b32, e32)):
+        assert got.dtype == np.float16
+        np.testing.assert_allclose(got.astype(np.float32), want, rtol=4e-3, atol=4e-3 * np.abs(want).max())
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("B,F,D", [(2048, 26, 16), (512, 26, 128), (64, 127, 256)])
 def test_cuda_kernels_on_real_shapes(rng, B, F, D):
