@@ -9,4 +9,5 @@ from .routing import Arrivals, Route, Stream, streams_of
 from .snapshot import load_sharded, save_sharded, shard_path
 
 __all__ = ["ShardedEmbeddingCollection", "ColumnShardTable", "GradientAllreduce", "broadcast_parameters",
-           "distribute", "plan_for", "Arrivals", "Route", "Stream", "streams_of", "save_sharded", "load_sharded", "shard_path"]
+           "distribute", "plan_for", "Arrivals", "Route", "Stream", "streams_of", "save_sharded", "load_sharded",
+           "shard_path"]

@@ -19,10 +19,10 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec beside python or on PATH: pip install mpich")]
 
 
-def mpiexec(n, script, *args, timeout_s=120):
+def mpiexec(n, script, *args, timeout_s=120, **env):
     """Run ``workers/script`` on ``n`` ranks; assert that it exits 0 with every rank saying "rank R: ok"."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_"))}
-    environ.update(GPUEMB_DEVICE="cpu", NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", GPUEMB_COMM_TIMEOUT="60")
+    environ.update(GPUEMB_DEVICE="cpu", NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", GPUEMB_COMM_TIMEOUT="60", **env)
     done = subprocess.run([MPIEXEC, "-n", str(n), sys.executable, str(WORKERS / script), *map(str, args)],
                           capture_output=True, text=True, timeout=timeout_s, env=environ)
     output = done.stdout + done.stderr
@@ -35,6 +35,10 @@ def mpiexec(n, script, *args, timeout_s=120):
 @pytest.mark.parametrize("kind", ["table", "row", "column"])
 def test_two_ranks_train_like_one_process_on_the_global_batch(kind, rng):
     mpiexec(2, "equivalence.py", kind, rng.integers(1 << 30))
+
+
+def test_float16_rows_shard_by_columns_too(rng):
+    mpiexec(2, "equivalence.py", "column", rng.integers(1 << 30), DIST_TEST_DTYPE="float16")
 
 
 def test_four_ranks_train_like_one_process_row_wise(rng):

@@ -3,6 +3,8 @@
 Every rank rebuilds the same inputs from the seed, so each can train the one-process reference itself and compare
 its own shards with it.
 """
+import os
+
 import numpy as np
 
 from gpuemb import models, optim
@@ -12,8 +14,9 @@ from gpuemb.store.options import Initializer, TableConfig
 D, N_DENSE, KEYS = 8, 4, 60
 
 
-def configs(dtype="float32"):
-    """Four tables of four rules; the last one is small, the data-parallel one."""
+def configs(dtype=os.environ.get("DIST_TEST_DTYPE", "float32")):
+    """Four tables of four rules (the last one is the data-parallel one), in ``dtype`` (default: float32, or
+    ``$DIST_TEST_DTYPE``)."""
     rules = [(optim.RowwiseAdagradRule(), 0.1), (optim.AdamRule(), 0.01), (optim.AdagradRule(), 0.1),
              (optim.RowwiseAdagradRule(), 0.1)]
     return [TableConfig(f"t{i}", D, dtype, Initializer("uniform", seed=i + 1), rule, lr)
@@ -37,8 +40,8 @@ def plan(kinds, W):
     """The four tables placed by ``kinds`` (one each; table-wise tables go on ranks 0, 1, 2 mod W), or by one kind
     for the first three and data-parallel for the last."""
     kinds = [kinds] * 3 + ["data"] if isinstance(kinds, str) else kinds
-    return Plan((RankBudget(1 << 30),) * W, tuple(placement(c, k, W, i) for i, (c, k) in enumerate(zip(configs(), kinds))),
-                64, "fp32")
+    placements = tuple(placement(c, k, W, i) for i, (c, k) in enumerate(zip(configs(), kinds)))
+    return Plan((RankBudget(1 << 30),) * W, placements, 64, "fp32")
 
 
 def dlrm(tables=None):

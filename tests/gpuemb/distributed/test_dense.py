@@ -1,0 +1,61 @@
+"""Data-parallel dense gradients in a world of one: the buckets, the values (a mean over one rank is the gradient
+itself), and parameters without a gradient. The mpiexec tests check the mean over several ranks."""
+import numpy as np
+import pytest
+
+from gpuemb.autograd import Tensor
+from gpuemb.comm import LocalCommunicator
+from gpuemb.distributed import GradientAllreduce, broadcast_parameters
+
+
+class CountingComm(LocalCommunicator):
+    """A world of one that records the size of each allreduce."""
+
+    def __init__(self):
+        super().__init__()
+        self.sizes = []
+
+    def allreduce(self, x, op="sum", tag="allreduce"):
+        self.sizes.append(x.size)
+        return super().allreduce(x, op, tag)
+
+
+def params(rng, shapes, dtype=np.float32):
+    return [Tensor(rng.standard_normal(s).astype(dtype), requires_grad=True) for s in shapes]
+
+
+def test_gradients_go_in_buckets_of_at_most_bucket_bytes(rng):
+    ps = params(rng, [(10, 10), (10,), (30, 10), (5,)])  # 400, 40, 1200 and 20 bytes
+    for p in ps:
+        p.grad = rng.standard_normal(p.shape).astype(np.float32)
+    want = [p.grad.copy() for p in ps]
+    c = CountingComm()
+    reduce = GradientAllreduce(ps, c, bucket_bytes=500)
+    assert reduce.buckets == [[0, 1], [2], [3]]
+    reduce()
+    assert c.sizes == [110 + 2, 300 + 1, 5 + 1]  # each bucket's gradients and a has-a-gradient flag per parameter
+    for p, g in zip(ps, want):
+        np.testing.assert_array_equal(p.grad, g)
+
+
+def test_a_parameter_without_a_gradient_anywhere_keeps_none(rng):
+    ps = params(rng, [(3,), (4,)])
+    ps[0].grad = np.ones(3, np.float32)
+    GradientAllreduce(ps, LocalCommunicator())()
+    assert ps[1].grad is None
+    np.testing.assert_array_equal(ps[0].grad, np.ones(3))
+
+
+def test_buckets_do_not_mix_dtypes_and_bad_sizes_are_refused(rng):
+    ps = params(rng, [(2,)]) + params(rng, [(2,)], np.float64)
+    assert GradientAllreduce(ps, LocalCommunicator()).buckets == [[0], [1]]
+    with pytest.raises(ValueError, match="bucket_bytes=0"):
+        GradientAllreduce(ps, LocalCommunicator(), bucket_bytes=0)
+
+
+def test_broadcast_keeps_the_values_in_place(rng):
+    ps = params(rng, [(2, 3)])
+    before, data = ps[0].data.copy(), ps[0].data
+    broadcast_parameters(ps, LocalCommunicator())
+    assert ps[0].data is data
+    np.testing.assert_array_equal(ps[0].data, before)

@@ -1,0 +1,73 @@
+"""Sharded snapshots in a world of one: a round trip, and the errors that must leave every table empty. The
+mpiexec tests reshard between 1 and 2 ranks."""
+import h5py
+import numpy as np
+import pytest
+
+from gpuemb import comm, optim
+from gpuemb.autograd import no_grad
+from gpuemb.distributed import ShardedEmbeddingCollection, load_sharded, save_sharded, shard_path
+from gpuemb.sharding import Placement, Plan, RankBudget, Shard, TableSpec
+from gpuemb.store.snapshot import SnapshotError
+from gpuemb.store.options import TableConfig
+
+D = 4
+CONFIGS = [TableConfig(n, D, rule=optim.AdamRule(), lr=0.1) for n in ("a", "b")]
+PLAN = Plan((RankBudget(1 << 30),), tuple(Placement(TableSpec.from_config(c, 50), k, (Shard(0, 50, (0, D)),))
+                                          for c, k in zip(CONFIGS, ("table", "data"))), 64, "fp32")
+
+
+def collection(configs=CONFIGS):
+    return ShardedEmbeddingCollection(configs, comm.LocalCommunicator(), PLAN)
+
+
+def rows_of(c):
+    return {n: [np.concatenate(x) for x in zip(*s.table.export())] for n, s in c.shards.items()}
+
+
+@pytest.fixture
+def saved(rng, tmp_path):
+    c = collection()
+    for _ in range(2):
+        c(rng.integers(0, 40, (6, 2))).backward(rng.standard_normal((6, 2, D)).astype(np.float32))
+    path = save_sharded(c, tmp_path / "emb")
+    assert path == shard_path(tmp_path / "emb", 0, 1) and path.endswith("emb.rank0-of-1.h5")
+    return c, path
+
+
+def test_a_round_trip_gives_back_every_row(saved):
+    c, path = saved
+    fresh = collection()
+    load_sharded(fresh, [path])
+    for (n, want), got in zip(rows_of(c).items(), rows_of(fresh).values()):
+        for w, g in zip(want, got):
+            np.testing.assert_array_equal(np.sort(g, axis=0), np.sort(w, axis=0), err_msg=n)
+
+
+def test_a_corrupt_chunk_loads_nothing(saved):
+    _, path = saved
+    with h5py.File(path) as f:
+        info = f["tables/b/rows"].id.get_chunk_info(0)  # the last table: "a" would load first, unchecked
+    with open(path, "r+b") as fh:
+        fh.seek(info.byte_offset + 3)
+        fh.write(b"\xff\xff")
+    fresh = collection()
+    with pytest.raises(SnapshotError, match="table 'b', chunk 0 .*the rows checksum"):
+        load_sharded(fresh, [path])
+    assert [len(t) for t in fresh.tables] == [0, 0]
+
+
+def test_missing_or_mismatched_files_are_named(saved, tmp_path):
+    c, path = saved
+    with pytest.raises(SnapshotError, match="no such snapshot file"):
+        load_sharded(collection(), [tmp_path / "nothing.h5"])
+    other = save_sharded(c, tmp_path / "other")
+    with pytest.raises(SnapshotError, match="not the 1 files of one save"):
+        load_sharded(collection(), [path, other])
+    with pytest.raises(SnapshotError, match="saved with another config: lr is 0.1 there and 0.5 here"):
+        load_sharded(collection([TableConfig(n, D, rule=optim.AdamRule(), lr=0.5) for n in ("a", "b")]), [path])
+    used = collection()
+    with no_grad():
+        used(np.zeros((1, 2), np.int64))
+    with pytest.raises(ValueError, match="table 'a' already holds 1 keys"):
+        load_sharded(used, [path])
