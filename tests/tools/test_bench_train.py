@@ -1,0 +1,85 @@
+"""tools/bench_train.py and tools/gpu_floor.py as a user runs them (a subprocess, tiny shapes), and the floor's
+arithmetic against a count by hand."""
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+TOOLS = pathlib.Path(__file__).resolve().parents[2] / "tools"
+TINY = ("--cap", "2000", "--batch-size", "128", "--steps", "2", "--warmup", "1")
+
+
+def tool(name, *args):
+    env = {**os.environ, "GPUEMB_DEVICE": "cpu"}
+    return subprocess.run([sys.executable, str(TOOLS / name), *args], env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_every_store_with_and_without_the_pipeline_prints_and_writes_its_rate(tmp_path):
+    out = tool("bench_train.py", *TINY, "--no-torch", "--json", str(tmp_path / "t.json"))
+    assert out.returncode == 0, out.stderr
+    r = json.loads((tmp_path / "t.json").read_text())
+    (result,) = r["results"]
+    assert result["torch"] is None and result["cache_rows"] == int(0.1 * result["rows_in_tables"]) > 0
+    got = [(row["store"], row["pipeline"]) for row in result["rows"]]
+    assert got == [(s, p) for s in ("device", "host", "ssd") for p in ("on", "off")]
+    for row in result["rows"]:
+        assert row["samples_per_s"] > 0 and 0 < row["loss"] < 5, row
+        assert row["samples_per_s"] == pytest.approx(128e3 / row["step_ms"]), row
+        assert (row["prefetched"] > 0) == (row["pipeline"] == "on"), row
+        assert row["store"] == "device" or 0 <= row["hit_rate"] <= 1, row
+    assert result["rows"][2]["vs_device"] == pytest.approx(
+        result["rows"][2]["samples_per_s"] / result["rows"][0]["samples_per_s"])
+    assert out.stdout.count("gpuemb ") == 6 and "torch DLRM" not in out.stdout
+
+
+def test_the_torch_peer_trains_the_same_batches_side_by_side(tmp_path):
+    pytest.importorskip("torch", reason="the peer needs torch (pip install torch); CI has none")
+    out = tool("bench_train.py", *TINY, "--stores", "device", "--pipeline", "on", "--json", str(tmp_path / "t.json"))
+    assert out.returncode == 0, out.stderr
+    (result,) = json.loads((tmp_path / "t.json").read_text())["results"]
+    peer, (row,) = result["torch"], result["rows"]
+    assert peer["samples_per_s"] > 0 and row["vs_torch"] == pytest.approx(row["samples_per_s"] / peer["samples_per_s"])
+    # Same data, small initial rows on both sides: both near the log-loss of a 25% click rate (0.56) or log 2.
+    assert 0.3 < peer["loss"] < 1.5 and 0.3 < row["loss"] < 1.5
+    assert "torch DLRM" in out.stdout and "vs torch" in out.stdout
+
+
+def _floor_module():
+    sys.path.insert(0, str(TOOLS))
+    try:
+        spec = importlib.util.spec_from_file_location("gpu_floor", TOOLS / "gpu_floor.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(TOOLS))
+
+
+def test_the_floor_counts_row_bytes_and_mlp_flops_by_hand():
+    gf = _floor_module()
+    bc = gf.CONFIGS["kaggle"]  # dim 16, bottom 512-256-64, top 512-256
+    # top input: 16 + 27·26/2 = 367, padded to 368.
+    macs = 13 * 512 + 512 * 256 + 256 * 64 + 64 * 16 + 368 * 512 + 512 * 256 + 256 * 1
+    assert gf.mlp_flops(bc, 100) == 6 * 100 * (macs + 27 * 27 * 16)
+    f = gf.floor(bc, 100, unique=1000, bandwidth=1e9, flop_rate=1e12)
+    assert f["row_bytes"] == 1000 * (64 + 2 * 128)  # lookup reads 16 floats; the update reads and writes 32
+    assert f["memory_ms"] == pytest.approx(1e3 * f["row_bytes"] / 1e9)
+    assert f["floor_ms"] == max(f["memory_ms"], f["compute_ms"]) and f["bound"] == "memory"
+
+
+def test_the_floor_tool_measures_this_machine_and_reads_a_bench_result(tmp_path):
+    bench = {"settings": {"batch_size": 256}, "results": [{"config": "kaggle", "rows": [
+        {"store": "device", "pipeline": "off", "step_ms": 9.0}, {"store": "device", "pipeline": "on", "step_ms": 7.0}]}]}
+    (tmp_path / "b.json").write_text(json.dumps(bench))
+    out = tool("gpu_floor.py", "--config", "kaggle", "--batch-size", "256", "--quick", "--measured",
+               str(tmp_path / "b.json"), "--json", str(tmp_path / "f.json"))
+    assert out.returncode == 0, out.stderr
+    f = json.loads((tmp_path / "f.json").read_text())
+    assert f["bandwidth_GB/s"] > 0.1 and f["matmul_GFLOP/s"] > 0.1 and f["measured_step_ms"] == 7.0
+    assert 0 < f["unique_rows"] <= 256 * 26 and f["floor_ms"] > 0
+    assert "floor:" in out.stdout and "measured 7.00 ms" in out.stdout

@@ -1,0 +1,225 @@
+"""End-to-end training throughput of a DLRM, beside a plain PyTorch DLRM of the same config on the same batches.
+
+    python tools/bench_train.py [--config kaggle mlperf] [--batch-size 2048] [--steps 30] [--warmup 5]
+                                [--stores device host ssd] [--pipeline on|off|both] [--no-torch] [--json FILE]
+
+Configs (Criteo Kaggle's 26 cardinalities, each capped at ``--cap``; 13 dense features):
+- ``kaggle``: dim 16, bottom MLP 512-256-64-16, top 512-256-1, tables capped at 1,000,000 rows (5.6M in all);
+- ``mlperf``: dim 128, bottom 512-256-128, top 1024-1024-512-256-1, tables capped at 200,000 rows (1.5M in
+  all, so that torch's dense tables and their Adagrad state fit a small machine's memory).
+Stores: ``device`` (every row in device memory), ``host`` (a device cache of 10% of the rows over host memory)
+and ``ssd`` (the same cache over an HDF5 file). The data is synthetic, Zipf(1.05) ids per table, made before any
+timing; both sides read it through the same ``gpuemb.io`` Loader, so they train on the same batches in the same
+order. Both use ``--optimizer`` (SGD or Adagrad) on the dense layers and the rows. A run trains ``--warmup``
+steps (numba compiles, caches fill), then times ``--steps``: samples/s is their samples over their seconds.
+
+``--overhead`` adds the share of a step spent outside kernels and BLAS, bounded from above by the step time at
+a tiny batch (``OVERHEAD_BATCH``, where the arrays are too small to cost anything) over the step time at
+``--batch-size``; ``--profile FILE`` writes a cProfile of the device store's timed steps.
+
+Absolute rates hold only on a quiet machine; compare the ratios, which come from the same run.
+"""
+import argparse
+import cProfile
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+import bench_train_torch
+from gpuemb.autograd import backend
+from gpuemb.io import synthetic
+from gpuemb.io.loader import Loader, LoaderConfig
+from gpuemb.train import TrainConfig
+from gpuemb.train.data import DataSet
+from gpuemb.train.loop import Batches
+from gpuemb.train.run import Run
+
+CACHE_FRACTION = 0.10  # the host and ssd stores' device cache, as a share of all the rows of the tables
+OVERHEAD_BATCH = 32
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """A DLRM shape: embedding dim, hidden widths of the bottom and top MLPs, and the cap on each table."""
+    dim: int
+    bottom: tuple
+    top: tuple
+    cap: int
+
+    def cardinalities(self):
+        return tuple(min(c, self.cap) for c in synthetic.CRITEO_CARDINALITIES)
+
+
+CONFIGS = {"kaggle": BenchConfig(16, (512, 256, 64), (512, 256), 1_000_000),
+           "mlperf": BenchConfig(128, (512, 256), (1024, 1024, 512, 256), 200_000)}
+
+
+class MemorySource:
+    """Synthetic rows made once, in memory, served as loader blocks: no side pays for the generator."""
+
+    def __init__(self, config, n_rows, block_rows):
+        self.rows, _ = synthetic.generate(config, 0, n_rows)
+        self.n_rows, self.block_rows, self.layout = n_rows, block_rows, config.layout()
+        self.block_sizes = np.diff(np.r_[np.arange(0, n_rows, block_rows), n_rows]).astype(np.int64)
+
+    def read_block(self, i):
+        return self.rows.slice(i * self.block_rows, i * self.block_rows + int(self.block_sizes[i]))
+
+
+def dataset(bc, batch_size, n_batches, seed=0):
+    """A DataSet of ``n_batches`` batches of the config's synthetic data."""
+    cfg = synthetic.SyntheticConfig(cardinalities=bc.cardinalities(), seed=seed)
+    source = MemorySource(cfg, batch_size * n_batches, batch_size)
+    return DataSet(source, source, cfg.n_dense, len(cfg.cardinalities), source.layout.label_names,
+                   source.layout.sparse_names, "bench_train synthetic data")
+
+
+def train_config(bc, args, store, pipeline, batch_size):
+    cache = int(CACHE_FRACTION * sum(bc.cardinalities())) if store != "device" else 0
+    return TrainConfig.from_dict(dict(
+        model="dlrm", model_args={"bottom": list(bc.bottom), "top": list(bc.top)}, embedding_dim=bc.dim,
+        batch_size=batch_size, optimizer=args.optimizer, embedding_optimizer=args.optimizer, lr=args.lr,
+        embedding_lr=args.lr, store=store, cache_rows=cache, steps=args.warmup + args.steps + 1, progress=False,
+        pipeline=pipeline, seed=0))
+
+
+def ours(config, data, warmup, steps, profile=None):
+    """Train a Run of ``config`` on ``data``; samples/s over the timed steps, their mean loss, the cache's hit rate."""
+    run = Run(config, data)
+    try:
+        with run.pipeline as pipeline:
+            for _ in range(warmup):
+                pipeline.step()
+            before = [t.stats()["levels"][0] for t in run.tables.values()]
+            profiler = cProfile.Profile() if profile else None
+            backend.synchronize()
+            start = time.perf_counter()
+            if profiler:
+                profiler.enable()
+            losses = [pipeline.step() for _ in range(steps)]
+            backend.synchronize()
+            seconds = time.perf_counter() - start
+            if profiler:
+                profiler.disable()
+                profiler.dump_stats(profile)
+        after = [t.stats()["levels"][0] for t in run.tables.values()]
+        hits = sum(a["hits"] - b["hits"] for a, b in zip(after, before))
+        seen = hits + sum(a["misses"] - b["misses"] for a, b in zip(after, before))
+        return {"samples_per_s": steps * config.batch_size / seconds, "step_ms": 1e3 * seconds / steps,
+                "loss": float(np.mean(losses)), "hit_rate": hits / seen if seen else None,
+                "prefetched": run.pipeline.prefetched, "prefetch_skipped": run.pipeline.skipped}
+    finally:
+        run.close()
+
+
+def torch_peer(bc, data, args):
+    """The PyTorch DLRM's samples/s and mean loss on the same batches as ours (the Run's loader settings)."""
+    model = bench_train_torch.build(13, bc.cardinalities(), bc.dim, bc.bottom, bc.top)
+    loader = Loader(data.train, LoaderConfig(args.batch_size, shuffle=True, seed=0))
+    with Batches(loader) as batches:
+        rate, loss = bench_train_torch.samples_per_s(model, batches, args.warmup, args.steps, args.optimizer,
+                                                     args.lr, cuda=backend.DEVICE == "cuda")
+    return {"samples_per_s": rate, "step_ms": 1e3 * args.batch_size / rate, "loss": loss}
+
+
+def overhead(bc, args):
+    """The device store's step time at OVERHEAD_BATCH over that at --batch-size: an upper bound on the share
+    of a step outside kernels and BLAS."""
+    out = {}
+    for batch in (OVERHEAD_BATCH, args.batch_size):
+        data = dataset(bc, batch, args.warmup + args.steps + 2)
+        out[batch] = ours(train_config(bc, args, "device", True, batch), data, args.warmup, args.steps)["step_ms"]
+    return {"tiny_batch": OVERHEAD_BATCH, "tiny_step_ms": out[OVERHEAD_BATCH], "step_ms": out[args.batch_size],
+            "share": out[OVERHEAD_BATCH] / out[args.batch_size]}
+
+
+def bench(name, args, pipelines):
+    """Every row of one config: torch first, then each store and pipeline setting."""
+    bc = CONFIGS[name]
+    if args.cap:
+        bc = BenchConfig(bc.dim, bc.bottom, bc.top, args.cap)
+    data = dataset(bc, args.batch_size, args.warmup + args.steps + 2)
+    print(f"\n{name}: dim {bc.dim}, bottom {'-'.join(map(str, bc.bottom + (bc.dim,)))}, top "
+          f"{'-'.join(map(str, bc.top + (1,)))}, 26 tables capped at {bc.cap:,} ({sum(bc.cardinalities()):,} rows), "
+          f"batch {args.batch_size}, {args.warmup} + {args.steps} timed steps, {args.optimizer} lr {args.lr:g}",
+          flush=True)
+    peer = torch_peer(bc, data, args) if args.torch else None
+    if peer:
+        print(f"  torch DLRM                 {peer['samples_per_s']:>12,.0f} samples/s  ({peer['step_ms']:.1f} ms "
+              f"a step)", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
+        for store in args.stores:
+            for pipeline in pipelines:
+                config = train_config(bc, args, store, pipeline, args.batch_size)
+                if store == "ssd":
+                    config = config.replace(ssd_dir=tmp)
+                profile = args.profile if store == "device" and pipeline == pipelines[0] else None
+                r = {"config": name, "store": store, "pipeline": "on" if pipeline else "off",
+                     **ours(config, data, args.warmup, args.steps, profile)}
+                if peer:
+                    r["torch_samples_per_s"] = peer["samples_per_s"]
+                    r["vs_torch"] = r["samples_per_s"] / peer["samples_per_s"]
+                device = next((x for x in rows if x["store"] == "device" and x["pipeline"] == r["pipeline"]), None)
+                r["vs_device"] = r["samples_per_s"] / device["samples_per_s"] if device else None
+                rows.append(r)
+                print("  " + format_row(r), flush=True)
+    result = {"config": name, "shape": asdict(bc), "rows_in_tables": sum(bc.cardinalities()),
+              "cache_rows": int(CACHE_FRACTION * sum(bc.cardinalities())), "torch": peer, "rows": rows}
+    if args.overhead:
+        result["overhead"] = overhead(bc, args)
+        o = result["overhead"]
+        print(f"  outside kernels and BLAS: at most {100 * o['share']:.0f}% of a step ({o['tiny_step_ms']:.1f} ms "
+              f"at batch {o['tiny_batch']} against {o['step_ms']:.1f} ms)", flush=True)
+    return result
+
+
+def format_row(r):
+    def ratio(key):
+        return f"{r[key]:.2f}" if r.get(key) is not None else "-"
+    hit = f"{r['hit_rate']:.2f}" if r["hit_rate"] is not None and r["store"] != "device" else "-"
+    return (f"gpuemb {r['store']:<6} pipeline {r['pipeline']:<3} {r['samples_per_s']:>12,.0f} samples/s  "
+            f"({r['step_ms']:.1f} ms)  vs torch {ratio('vs_torch')}  vs device {ratio('vs_device')}  "
+            f"cache hits {hit}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", nargs="+", choices=sorted(CONFIGS), default=["kaggle"], help="default: kaggle")
+    ap.add_argument("--batch-size", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=30, help="timed steps per row (default 30)")
+    ap.add_argument("--warmup", type=int, default=5, help="steps before timing (default 5)")
+    ap.add_argument("--stores", nargs="+", choices=("device", "host", "ssd"), default=["device", "host", "ssd"])
+    ap.add_argument("--pipeline", choices=("on", "off", "both"), default="both")
+    ap.add_argument("--optimizer", choices=("sgd", "adagrad"), default="adagrad",
+                    help="of the dense layers and the rows, on both sides (default adagrad)")
+    ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--cap", type=int, help="rows per table at most (default: the config's)")
+    ap.add_argument("--no-torch", dest="torch", action="store_false", help="skip the PyTorch peer")
+    ap.add_argument("--overhead", action="store_true", help="also bound the share of a step outside kernels/BLAS")
+    ap.add_argument("--profile", metavar="FILE", help="cProfile the device store's timed steps into FILE")
+    ap.add_argument("--json", metavar="FILE", help="also write every row and the settings as JSON")
+    args = ap.parse_args(argv)
+    if min(args.batch_size, args.steps) < 1 or args.warmup < 0:
+        ap.error("--batch-size and --steps must be >= 1, --warmup >= 0")
+    if args.torch and not bench_train_torch.available():
+        print("torch does not import here: no peer column (install torch, or pass --no-torch)")
+        args.torch = False
+    pipelines = {"on": (True,), "off": (False,), "both": (True, False)}[args.pipeline]
+    info = backend.device_info()
+    print(f"device: {info['device']} ({info.get('gpu', 'numpy')}); load average {os.getloadavg()[0]:.2f}")
+    results = [bench(name, args, pipelines) for name in args.config]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": info, "settings": vars(args), "alpha": synthetic.SyntheticConfig().alpha,
+                       "load_average": os.getloadavg(), "results": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
