@@ -64,7 +64,13 @@ class ColumnShardTable(EmbeddingTable):
     def _update(self, keys, slots, positions, grads):
         if not self.coupled:
             return super()._update(keys, slots, positions, grads)
-        w = to_host(self._working_rows(slots[to_host(positions)])[:, :self.dim]).astype(np.float64)
+        if self.held is not None:
+            raise ValueError(f"{self.config.name}: a column shard under row-wise Adagrad cannot hold its updates "
+                             "for a loss scaler: its accumulator needs the other shards' sums of the unscaled "
+                             "gradients during the backward. Train it in fp32, or shard the table row- or table-wise")
+        positions = to_host(positions)
+        with self._lock:
+            w = to_host(self._working_rows(slots[positions])[:, :self.dim]).astype(np.float64)
         g = to_host(grads).astype(np.float64) + self.rule.weight_decay * w  # what the kernel squares
         self._pending = (keys, slots, positions, grads, (g * g).sum(axis=1))
 
@@ -79,12 +85,13 @@ class ColumnShardTable(EmbeddingTable):
             return
         keys, slots, positions, grads, local = self._pending
         self._pending = None
-        s = slots[to_host(positions)]
-        rows = self._working_rows(s)
+        s = slots[positions]
         acc = self.format.working_layout["sum"].start
         # The fused kernel adds this shard's own mean (local / dim); shift the accumulator so that it ends
         # up grown by the whole row's mean (total / full_dim) instead.
         shift = total / self.full_dim - local / self.dim
-        rows[:, acc] += get_array_module(rows).asarray(shift, dtype=rows.dtype)
-        self.top.tier.write(s, self.format.pack(rows))
-        super()._update(keys, slots, positions, grads)
+        with self._lock:
+            rows = self._working_rows(s)
+            rows[:, acc] += get_array_module(rows).asarray(shift, dtype=rows.dtype)
+            self.top.tier.write(s, self.format.pack(rows))
+            self._update_rows(keys, slots, positions, grads)

@@ -47,3 +47,11 @@ def test_rows_split_and_join_by_columns(rule, rng):
     for (a, b), piece in reversed(list(zip(edges, pieces))):  # any order: per-row parts come from column 0's
         copy_columns(piece, resized(layout, D, b - a, rule), (a, b), joined, layout, (0, D), rule)
     np.testing.assert_array_equal(joined, rows)
+
+
+def test_a_coupled_shard_refuses_to_hold_its_update_for_a_loss_scaler(rng):
+    shard = ColumnShardTable(TableConfig("w", D, rule=optim.RowwiseAdagradRule()), (0, 3))
+    shard.hold_updates()
+    y = shard.lookup(rng.integers(0, 9, 4))
+    with pytest.raises(ValueError, match="cannot hold its updates for a loss scaler"):
+        y.backward(rng.standard_normal(y.shape).astype(np.float32))
