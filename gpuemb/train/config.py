@@ -16,6 +16,8 @@ import numbers
 import os
 from dataclasses import dataclass, field
 
+from gpuemb.store.options import INIT_KINDS
+
 from .errors import ConfigError
 
 MODELS = ("dlrm", "dcn", "deepfm", "xdeepfm", "pnn", "wide_deep", "mmoe")
@@ -87,7 +89,14 @@ class TrainConfig:
     lr: float = setting(2e-3, "the dense layers' learning rate", "optimization", low=0.0)
     embedding_optimizer: str = setting("rowwise_adagrad", "the embedding rows' update rule (fused into the "
                                        "backward)", "optimization", choices=ROW_OPTIMIZERS)
-    embedding_lr: float = setting(0.2, "the embedding rows' learning rate", "optimization", low=0.0)
+    embedding_lr: float = setting(None, "the embedding rows' learning rate (default: the model's recipe, "
+                                  "gpuemb/train/recipes.py: 0.2, or 0.05 for deepfm and xdeepfm)", "optimization",
+                                  kind="float", low=0.0)
+    embedding_init: str = setting(None, "how a new key's row is drawn (default: the model's recipe: uniform, or "
+                                  "normal for deepfm and xdeepfm)", "optimization", choices=INIT_KINDS)
+    embedding_init_scale: float = setting(None, "the uniform bound or normal std of new rows (default: the "
+                                          "model's recipe: 1/sqrt(D), or 0.01 for deepfm and xdeepfm)",
+                                          "optimization", kind="float", low=0.0)
     schedule: str = setting("constant", "the learning-rate schedule; it scales both learning rates",
                             "optimization", choices=SCHEDULES)
     warmup_steps: int = setting(None, "warmup_poly/cosine: steps of linear warmup (default 0)", "optimization",
@@ -196,7 +205,7 @@ class TrainConfig:
         if self.checkpoint_every and not self.checkpoint_dir:
             fail("checkpoint_every", "needs --checkpoint-dir, the folder to write checkpoints to")
         for key in ("lr", "embedding_lr"):
-            if getattr(self, key) <= 0:
+            if getattr(self, key) is not None and getattr(self, key) <= 0:
                 fail(key, f"{getattr(self, key)!r}; use a learning rate > 0")
 
     # -- conversions --------------------------------------------------------------------------------------------
@@ -325,8 +334,17 @@ RESUMABLE_CHANGES = frozenset({"lr", "embedding_lr",
 def resume_differences(saved, config):
     """``[(field, saved value, value now)]`` of the fields that differ and that a resume must keep."""
     now = config.to_dict()
-    return [(k, saved.get(k), now[k]) for k in FIELDS
-            if k not in RESUMABLE_CHANGES and _plain(saved.get(k)) != _plain(now[k])]
+    # A setting newer than the checkpoint ran as its default. One whose default is None ("chosen for you", e.g.
+    # by the model's recipe) ran as whatever this version chooses, which is what `now` holds.
+    missing = {k: now[k] if _default(k) is None else _default(k) for k in FIELDS if k not in saved}
+    saved = {**saved, **missing}
+    return [(k, saved[k], now[k]) for k in FIELDS
+            if k not in RESUMABLE_CHANGES and _plain(saved[k]) != _plain(now[k])]
+
+
+def _default(name):
+    f = FIELDS[name]
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
 def _plain(value):

@@ -32,7 +32,6 @@ from .errors import ConfigError, TrainError
 # in 137 to 160 s on a shared machine; 1,000 steps reach 0.8250).
 QUICK = synthetic.SyntheticConfig(cardinalities=tuple(min(c, 1000) for c in synthetic.CRITEO_CARDINALITIES))
 CENSUS_SAMPLE = Path(__file__).resolve().parents[2] / "tests" / "io" / "data" / "census_income_sample.csv"
-SYNTHETIC_STEPS = 800  # the default run on synthetic data
 
 
 @dataclass
@@ -157,6 +156,12 @@ def _shards(config, train_paths, eval_paths, description):
     return data
 
 
+def uses_synthetic(config):
+    """Whether ``config`` trains on the synthetic data: no raw files, no shards, and not mmoe's census default."""
+    return config.format is None and config.data in (None, "synthetic") and not (
+        config.data is None and config.model == "mmoe")
+
+
 def open_data(config, workdir, train_rows):
     """The DataSet of ``config``; raw files are converted under ``workdir``. ``train_rows``: synthetic only."""
     try:
@@ -167,7 +172,7 @@ def open_data(config, workdir, train_rows):
             if config.data is None:  # enough held-out rows of the small sample for both tasks to have positives
                 return _raw(config, workdir, str(CENSUS_SAMPLE), "census", config.eval_fraction or 0.3)
             return _raw(config, workdir, config.data, config.format, config.eval_fraction or 0.1)
-        if config.data in (None, "synthetic"):
+        if uses_synthetic(config):
             return _synthetic(config, train_rows)
         train, eval_ = _shard_paths(config)
         return _shards(config, train, eval_, f"shards {config.data} ({len(train)} train, {len(eval_)} eval "

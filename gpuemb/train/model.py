@@ -13,6 +13,7 @@ from gpuemb.optim import AdagradRule, AdamRule, FtrlRule, RowwiseAdagradRule, SG
 from gpuemb.store.collection import EmbeddingCollection
 from gpuemb.store.options import Initializer, StoreOptions, TableConfig
 
+from . import recipes
 from .errors import ConfigError
 
 EMBEDDING_DTYPES = {"fp32": "float32", "fp16": "float16"}  # --embedding-dtype: TableConfig.dtype
@@ -23,15 +24,17 @@ ROW_RULES = {"sgd": SGDRule, "adagrad": AdagradRule, "rowwise_adagrad": RowwiseA
 def table_configs(config, data, ssd_dir=None, lr=None):
     """One shared ``TableConfig`` or one per sparse feature; ssd tables keep their rows in ``ssd_dir``.
 
-    lr: the tables' configured lr, ``--embedding-lr`` unless given (a resume restores the saved one).
+    lr: the tables' configured lr, ``--embedding-lr`` unless given (a resume restores the saved one). Settings
+    the config leaves unset come from the model's recipe.
     """
+    config = recipes.apply(config, synthetic=False)
     def options(name):
         path = os.path.join(ssd_dir, f"{name}.h5") if config.store == "ssd" else None
         return StoreOptions(config.store, config.cache_rows, config.host_cache_rows, ssd_path=path)
 
     def table(name):
         return TableConfig(name, config.embedding_dim, EMBEDDING_DTYPES[config.embedding_dtype],
-                           initializer=Initializer(seed=config.seed),
+                           initializer=Initializer(config.embedding_init, config.embedding_init_scale, config.seed),
                            rule=ROW_RULES[config.embedding_optimizer](),
                            lr=config.embedding_lr if lr is None else lr,
                            options=options(name))

@@ -13,7 +13,8 @@ from gpuemb.autograd import backend
 from gpuemb.io.loader import Loader, LoaderConfig
 
 from . import checkpoint as ckpt
-from .data import SYNTHETIC_STEPS, open_data
+from . import recipes
+from .data import open_data, uses_synthetic
 from .errors import ConfigError, DivergedError, ResumeError
 from .evaluate import evaluate
 from .loop import Batches, Pipeline, Trainer, non_finite
@@ -50,6 +51,8 @@ class Run:
     """
 
     def __init__(self, config, data=None):
+        # the model's recipe fills what the flags left unset, before anything (a resume's check included) reads it
+        config = recipes.apply(config, uses_synthetic(config) if data is None else data.synthetic)
         self.config, self.checkpoint = config, None
         if config.resume:
             folder = ckpt.resolve(config.checkpoint_dir if config.resume == "latest" else config.resume)
@@ -77,7 +80,7 @@ class Run:
         elif config.epochs:
             self.total_steps = config.epochs * per_epoch
         else:
-            self.total_steps = SYNTHETIC_STEPS if self.data.synthetic else max(per_epoch, MIN_STEPS)
+            self.total_steps = recipes.STEPS if self.data.synthetic else max(per_epoch, MIN_STEPS)
         ssd_dir = None
         if config.store == "ssd":
             ssd_dir = config.ssd_dir or os.path.join(self._tmp.name, "ssd")

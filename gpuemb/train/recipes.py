@@ -1,0 +1,43 @@
+"""Per-model training recipes: the settings a model trains with when the flags leave them unset.
+
+Most models train well from the run's shared defaults. The models whose logit adds up the F·(F−1)/2 pairwise
+products of the embeddings straight away, with no MLP in between to scale it (DeepFM's FM, xDeepFM's CIN), do
+not: row-wise Adagrad moves every touched row by about its lr on its first updates, whatever the gradient's size,
+so at lr 0.2 over rows of uniform(±1/4) those sums swing by several logits per step and the loss reached 2.9
+by step 50. They start from small rows (normal, std 0.01, as the DeepFM paper's code does) and a lower row lr.
+
+The figures behind each entry (``python tools/train.py --model M`` on the synthetic data, 800 steps of 4096,
+against the teacher's 0.8370) are in docs/perf/README.md, "Model quality".
+"""
+EMBEDDING_LR = 0.2  # the rows' lr of every model without a recipe
+STEPS = 800  # steps on the synthetic data for a model without a recipe (about two minutes of DLRM on 2 cores)
+
+_SMALL_ROWS = {"embedding_lr": 0.05, "embedding_init": "normal", "embedding_init_scale": 0.01}
+
+RECIPES = {
+    "deepfm": _SMALL_ROWS,
+    "xdeepfm": _SMALL_ROWS,
+    # PNN's 351 inner products reach the teacher's AUC less 0.021 at 800 steps, less 0.016 at 1000
+    "pnn": {"synthetic_steps": 1000},
+}
+
+
+def recipe(model):
+    """The recipe of ``model``: ``{setting: value}``, empty for a model that trains from the shared defaults."""
+    return RECIPES.get(model, {})
+
+
+def apply(config, synthetic):
+    """``config`` with every recipe setting it leaves unset (None) filled in: the model's, else the shared one.
+
+    synthetic: whether the run trains on the synthetic data, where the recipe's step count applies (on real data
+    a run lasts an epoch unless told otherwise).
+    """
+    r = recipe(config.model)
+    fill = {"embedding_lr": r.get("embedding_lr", EMBEDDING_LR),
+            "embedding_init": r.get("embedding_init", "uniform"),
+            "embedding_init_scale": r.get("embedding_init_scale")}
+    if synthetic and config.steps is None and config.epochs is None:
+        fill["steps"] = r.get("synthetic_steps", STEPS)
+    changes = {k: v for k, v in fill.items() if getattr(config, k) is None and v is not None}
+    return config.replace(**changes) if changes else config
