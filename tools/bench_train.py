@@ -216,7 +216,8 @@ def main(argv=None):
     results = [bench(name, args, pipelines) for name in args.config]
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": info, "settings": vars(args), "alpha": synthetic.SyntheticConfig().alpha,
+            settings = {k: v for k, v in vars(args).items() if k not in ("json", "profile")}  # no local paths
+            json.dump({"device": info, "settings": settings, "alpha": synthetic.SyntheticConfig().alpha,
                        "load_average": os.getloadavg(), "results": results}, f, indent=1)
     return 0
 
