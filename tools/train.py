@@ -5,6 +5,7 @@
     python tools/train.py --data day_0.gz --format criteo --checkpoint-dir ckpt --checkpoint-every 1000
     python tools/train.py --checkpoint-dir ckpt --resume    # continue from ckpt/latest
     python tools/train.py --config run.toml --metrics-out metrics.jsonl --plot curves.png
+    mpiexec -n 2 python tools/train.py --comm-codec int8    # 2 ranks: tables sharded, dense layers replicated
 
 Everything is in gpuemb.train; `--help` lists the flags.
 """
@@ -14,37 +15,66 @@ import os
 import sys
 
 
-def device_flag(argv):
-    """``--device`` from the flags or the ``--config`` file, read before gpuemb is imported: the backend reads
-    GPUEMB_DEVICE once, at import. Errors are left for the full parse to report."""
+# what launchers export as a rank's index on its host: MPICH/Intel MPI (hydra), Open MPI, MVAPICH, Slurm
+LOCAL_RANK_ENV = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
+
+
+def early_flag(argv, name):
+    """``--<name>`` from the flags or the ``--config`` file, read before gpuemb is imported (the backend reads
+    GPUEMB_DEVICE once, at import, and the communicator must start before anything is on a GPU). Errors are
+    left for the full parse to report."""
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--device")
+    pre.add_argument("--" + name)
     pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
-    if known.device or not known.config:
-        return known.device
+    value = getattr(known, name.replace("-", "_"))
+    if value or not known.config:
+        return value
     try:
         with open(known.config, "rb") as f:
             if known.config.endswith(".json"):
-                return json.load(f).get("device")
-            import tomllib
-            return tomllib.load(f).get("device")
+                values = json.load(f)
+            else:
+                import tomllib
+                values = tomllib.load(f)
+        return values.get(name, values.get(name.replace("-", "_")))
     except Exception:  # the full parse reports what is wrong with the file
         return None
 
 
+def use_local_gpu(device):
+    """Under a launcher, make this rank's GPU the one of its index on the host (GPU 0 for the first rank of each
+    host, 1 for the second...) before anything allocates, so ranks on a multi-GPU node do not share GPU 0."""
+    local = next((os.environ[n] for n in LOCAL_RANK_ENV if os.environ.get(n, "").isdigit()), None)
+    if local is None or device == "cpu":
+        return
+    try:
+        import cupy
+        cupy.cuda.Device(int(local) % cupy.cuda.runtime.getDeviceCount()).use()
+    except Exception:  # no CuPy or no GPU: the backend picks the CPU, or says why it cannot use the GPU
+        pass
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    device = device_flag(argv)
+    device = early_flag(argv, "device")
     if isinstance(device, str) and device in ("auto", "cpu", "cuda"):
         os.environ["GPUEMB_DEVICE"] = device
+    use_local_gpu(os.environ.get("GPUEMB_DEVICE", "auto"))
     try:
         import gpuemb  # noqa: F401  (picks the device)
+        from gpuemb import comm
     except Exception as e:  # DeviceUnavailableError or a bad GPUEMB_DEVICE: a message, not a traceback
         print(f"train.py: {e}", file=sys.stderr)
         return 2
+    backend = early_flag(argv, "comm-backend")
+    try:
+        world = comm.init(backend if backend in comm.BACKENDS else "auto")
+    except (comm.CommError, ValueError) as e:  # local in a job of several ranks, nccl without a GPU, no mpi4py
+        print(f"train.py: error: --comm-backend: {e}", file=sys.stderr)
+        return 2
     from gpuemb.train.cli import main as train_main
-    return train_main(argv, __doc__)
+    return train_main(argv, __doc__, world)
 
 
 if __name__ == "__main__":

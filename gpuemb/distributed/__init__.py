@@ -6,8 +6,8 @@ from .dense import GradientAllreduce, broadcast_parameters
 from .model import distribute
 from .planning import plan_for
 from .routing import Arrivals, Route, Stream, streams_of
-from .snapshot import load_sharded, save_sharded, shard_path
+from .snapshot import load_sharded, load_sharded_tables, save_sharded, shard_path
 
 __all__ = ["ShardedEmbeddingCollection", "ColumnShardTable", "GradientAllreduce", "broadcast_parameters",
            "distribute", "plan_for", "Arrivals", "Route", "Stream", "streams_of", "save_sharded", "load_sharded",
-           "shard_path"]
+           "load_sharded_tables", "shard_path"]

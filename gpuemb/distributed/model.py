@@ -16,16 +16,17 @@ def _collections(model):
     return [(name, value) for name, value in vars(model).items() if isinstance(value, EmbeddingCollection)]
 
 
-def distribute(model, comm, plan=None, codecs=None, bucket_bytes=4 << 20):
+def distribute(model, comm, plan=None, codecs=None, bucket_bytes=4 << 20, **planning):
     """Shard ``model``'s embedding collections over ``comm`` by ``plan`` (default: ``plan_for`` all their
-    tables), with the all-to-alls in ``codecs``; returns the dense ``GradientAllreduce``. Build the model the
-    same way (seed included) on every rank."""
+    tables, given ``planning``: ``batch_size``, ``codec``, ``sharding``, ``rows``...), with the all-to-alls in
+    ``codecs``; returns the dense ``GradientAllreduce``. Build the model the same way (seed included) on every
+    rank."""
     found = _collections(model)
     if not found:
         raise ValueError(f"distribute: {type(model).__name__} has no EmbeddingCollection attribute to shard")
     if plan is None:
         configs = [t.config for _, c in found for t in c.tables]
-        plan = plan_for(configs, comm.world_size, max(c.n_features if c.shared else 1 for _, c in found))
+        plan = plan_for(configs, comm.world_size, max(c.n_features if c.shared else 1 for _, c in found), **planning)
     for name, c in found:
         sharded = ShardedEmbeddingCollection([t.config for t in c.tables], comm, plan, codecs,
                                              c.n_features if c.shared else None)

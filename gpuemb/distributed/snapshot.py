@@ -22,10 +22,12 @@ import uuid
 
 import numpy as np
 
+from gpuemb.comm import LocalCommunicator
 from gpuemb.store.checkpoint import save_snapshot
 from gpuemb.store.snapshot import SnapshotError, read_snapshot
 
 from .layout import copy_columns, resized
+from .shards import LocalShard
 
 
 def shard_path(prefix, rank, world_size):
@@ -33,17 +35,29 @@ def shard_path(prefix, rank, world_size):
     return f"{os.fspath(prefix)}.rank{rank}-of-{world_size}.h5"
 
 
-def save_sharded(collection, prefix, meta=None):
+def save_sharded(collection, prefix, meta=None, wrap=None):
     """Write this rank's shards of ``collection`` (a ShardedEmbeddingCollection) to ``shard_path(prefix, ...)``
-    and return that path; every rank must call it. The files are whole on every rank's return."""
+    and return that path; every rank must call it. The files are whole on every rank's return; if any rank
+    failed, every rank raises (that rank its own error, the others a ``SnapshotError``). ``wrap(name, table)``:
+    what is written in place of each table (a view that checks its rows, say)."""
     comm = collection.comm
     save_id = comm.broadcast(np.frombuffer(uuid.uuid4().bytes, np.uint8).copy(), root=0).tobytes().hex()
     shards = {n: s for n, s in collection.shards.items() if s.kind != "data" or comm.rank == 0}
     info = {n: {"kind": s.kind, "cols": list(s.cols), "dim": collection.dim} for n, s in shards.items()}
     path = shard_path(prefix, comm.rank, comm.world_size)
     sharded = {"id": save_id, "rank": comm.rank, "world_size": comm.world_size, "shards": info}
-    save_snapshot({n: s.table for n, s in shards.items()}, path, meta={**(meta or {}), "sharded": sharded})
-    comm.barrier()
+    wrap = wrap or (lambda name, table: table)
+    try:
+        save_snapshot({n: wrap(n, s.table) for n, s in shards.items()}, path, meta={**(meta or {}), "sharded": sharded})
+        error = None
+    except Exception as e:  # raised below, once every rank knows: none may wait for a file that never comes
+        error = e
+    failed = comm.allreduce(np.array([error is not None], np.int64), tag="snapshot")
+    if error is not None:
+        raise error
+    if failed[0]:
+        raise SnapshotError(f"save_sharded: {int(failed[0])} other rank(s) could not write their file of "
+                            f"{os.fspath(prefix)} (their errors say why); this save is incomplete")
     return path
 
 
@@ -55,9 +69,19 @@ def _same_config(saved, live):
     return [f"{k} is {a.get(k)} there and {b.get(k)} here" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
 
 
+def _whole(snap):
+    """The ``"sharded"`` meta of a save of one rank, for a snapshot of whole tables that ``save_sharded`` did not
+    write (``store.checkpoint.save_snapshot`` in one process)."""
+    shards = {n: {"kind": "table", "cols": [0, t.config["dim"]], "dim": t.config["dim"]} for n, t in snap.tables.items()}
+    return {"id": f"whole:{snap.path}", "rank": 0, "world_size": 1, "shards": shards}
+
+
 def _open_save(paths):
-    """The N snapshots of one save, by old rank, checked to belong together."""
+    """The N snapshots of one save, by old rank, checked to belong together. One snapshot of whole tables, not
+    sharded, is a save of one rank."""
     snaps = [read_snapshot(p) for p in paths]
+    if len(snaps) == 1 and not snaps[0].meta.get("sharded"):
+        snaps[0].meta["sharded"] = _whole(snaps[0])
     marks = [s.meta.get("sharded") for s in snaps]
     for s, m in zip(snaps, marks):
         if not m:
@@ -133,6 +157,20 @@ def load_sharded(collection, paths):
     for shard, sources in work:
         for part, cols in sources:
             _import(collection, shard, part, cols)
+
+
+class _WholeTables:
+    """Whole tables of one process, seen as a collection of one rank holding each table table-wise."""
+
+    def __init__(self, tables):
+        self.comm, self.plan = LocalCommunicator(), None
+        self.shards = {n: LocalShard(n, "table", (0, t.dim), t) for n, t in tables.items()}
+
+
+def load_sharded_tables(tables, paths):
+    """Fill fresh whole tables ``{name: EmbeddingTable}`` of one process (an ``EmbeddingCollection``'s) from the
+    N files of a ``save_sharded``: column shards joined, row shards merged."""
+    load_sharded(_WholeTables(tables), paths)
 
 
 def _import(collection, shard, part, cols):

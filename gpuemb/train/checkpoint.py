@@ -53,7 +53,7 @@ def _body_crc(body):
 
 
 # -- writing ---------------------------------------------------------------------------------------------------
-def _write_state(path, state):
+def write_state(path, state):
     """``state.h5`` from the trainer's and loop's state dicts."""
     optimizer = state["trainer"]["optimizer"]
     with h5py.File(path, "w") as f:
@@ -74,7 +74,7 @@ def _write_state(path, state):
     _fsync(path)
 
 
-class _FiniteRows:
+class FiniteRows:
     """A table whose export refuses rows holding NaN or inf, so that no checkpoint keeps a diverged row."""
 
     def __init__(self, name, table):
@@ -92,6 +92,44 @@ class _FiniteRows:
             yield k, rows, steps
 
 
+def folder_names(directory, step, token=None):
+    """``(name, final, tmp)``: the checkpoint of ``step``'s folder name, its path, and the temporary folder it is
+    written in (``token`` tells two writers apart; one process makes its own)."""
+    name = f"step-{step:09d}"
+    token = token or uuid.uuid4().hex[:8]
+    return name, os.path.join(directory, name), os.path.join(directory, f".{name}.tmp-{token}")
+
+
+def file_entry(path, crc=False):
+    """What the manifest records of a file: its size, and its CRC32 where ``crc``."""
+    return {"bytes": os.path.getsize(path), **({"crc32": _crc32(path)} if crc else {})}
+
+
+def write_manifest(tmp, step, config, files, **extra):
+    """``manifest.json`` in ``tmp``: the step, the config, ``files`` (name: ``file_entry``) and ``extra``."""
+    body = {"format": FORMAT, "version": VERSION, "step": step, "files": files, "config": config.to_dict(),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), **extra}
+    with open(os.path.join(tmp, MANIFEST), "w") as f:
+        json.dump({"body": body, "crc32": _body_crc(body)}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def publish(directory, name, final, tmp, keep):
+    """Rename the complete ``tmp`` to ``final``, point ``latest`` at it, keep the ``keep`` newest checkpoints."""
+    _fsync(tmp)
+    if os.path.exists(final):  # the same step again (a resume from an older checkpoint): replace it whole
+        old = os.path.join(directory, f".{name}.old-{uuid.uuid4().hex[:8]}")
+        os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old)
+    else:
+        os.rename(tmp, final)
+    _fsync(directory)
+    _point_latest(directory, name)
+    _prune(directory, keep, name)
+
+
 def save_checkpoint(directory, step, config, state, tables, keep=2):
     """Write the checkpoint of ``step`` under ``directory`` and point ``latest`` at it; returns its path.
 
@@ -100,35 +138,19 @@ def save_checkpoint(directory, step, config, state, tables, keep=2):
     raises DivergedError, and nothing is written.
     """
     os.makedirs(directory, exist_ok=True)
-    name = f"step-{step:09d}"
-    final, tmp = os.path.join(directory, name), os.path.join(directory, f".{name}.tmp-{uuid.uuid4().hex[:8]}")
+    name, final, tmp = folder_names(directory, step)
     os.mkdir(tmp)
     try:
-        _write_state(os.path.join(tmp, STATE), state)
-        save_snapshot({n: _FiniteRows(n, t) for n, t in tables.items()}, os.path.join(tmp, EMBEDDINGS),
+        write_state(os.path.join(tmp, STATE), state)
+        save_snapshot({n: FiniteRows(n, t) for n, t in tables.items()}, os.path.join(tmp, EMBEDDINGS),
                       meta={"step": step})
-        files = {STATE: {"bytes": os.path.getsize(os.path.join(tmp, STATE)), "crc32": _crc32(os.path.join(tmp, STATE))},
-                 EMBEDDINGS: {"bytes": os.path.getsize(os.path.join(tmp, EMBEDDINGS))}}
-        body = {"format": FORMAT, "version": VERSION, "step": step, "files": files, "config": config.to_dict(),
-                "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        with open(os.path.join(tmp, MANIFEST), "w") as f:
-            json.dump({"body": body, "crc32": _body_crc(body)}, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync(tmp)
-        if os.path.exists(final):  # the same step again (a resume from an older checkpoint): replace it whole
-            old = os.path.join(directory, f".{name}.old-{uuid.uuid4().hex[:8]}")
-            os.rename(final, old)
-            os.rename(tmp, final)
-            shutil.rmtree(old)
-        else:
-            os.rename(tmp, final)
-        _fsync(directory)
+        files = {STATE: file_entry(os.path.join(tmp, STATE), crc=True),
+                 EMBEDDINGS: file_entry(os.path.join(tmp, EMBEDDINGS))}
+        write_manifest(tmp, step, config, files)
+        publish(directory, name, final, tmp, keep)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _point_latest(directory, name)
-    _prune(directory, keep, name)
     return final
 
 

@@ -16,6 +16,7 @@ from gpuemb.io.errors import DataError
 from gpuemb.store.errors import StoreError
 
 from .config import FIELDS, GROUPS, TrainConfig, check_precision, flag
+from .distributed import Cluster
 from .errors import ConfigError, TrainError
 from .run import Reporter, train
 
@@ -106,6 +107,8 @@ class ProgressBar(Reporter):
         print(f"data: {run.data.description}", file=self.out)
         print(f"model: {run.config.model} {hyper}, {n_dense:,} dense parameters, tables "
               f"{', '.join(f'{n} (D={t.dim}, {run.config.store})' for n, t in run.tables.items())}", file=self.out)
+        if run.cluster is not None:
+            print(f"ranks: {run.cluster.describe()}", file=self.out)
         print(f"training: {run.total_steps} steps of {run.batch_size} samples, {run.config.optimizer} "
               f"lr {run.config.lr:g}, rows {run.config.embedding_optimizer} lr {run.config.embedding_lr:g}"
               + (f", resumed at step {run.step}" if run.step else ""), file=self.out)
@@ -154,26 +157,36 @@ def summary_line(s):
     tasks = f" (tasks {', '.join(map(_num, e['task_auc']))})" if "task_auc" in e else ""
     teacher = f" (teacher {s['teacher_auc']:.4f}, the best reachable)" if s["teacher_auc"] is not None else ""
     rate = f"{s['samples_per_s']:,.0f} samples/s" if math.isfinite(s["samples_per_s"]) else "no steps"
+    sent = s.get("comm_bytes_per_step")
+    comms = (f"; {s['ranks']} ranks sent per step: " + ", ".join(f"{tag} {n:,} B" for tag, n in sent.items() if n)
+             if sent and any(sent.values()) else "")
     return (f"done: step {s['steps']}, {s['steps_this_run']} steps in {s['seconds']:.1f} s ({rate}); eval AUC "
             f"{_num(e['auc'])}{tasks}{teacher}, log-loss {e['log_loss']:.4f}, accuracy {e['accuracy']:.4f} on "
-            f"{e['rows']:,} rows" + (f"; checkpoint {s['checkpoint']}" if s["checkpoint"] else ""))
+            f"{e['rows']:,} rows" + comms + (f"; checkpoint {s['checkpoint']}" if s["checkpoint"] else ""))
 
 
-def main(argv=None, description=None):
-    """Parse, check, train, print the summary; returns the exit code. ``description`` heads ``--help``."""
+def main(argv=None, description=None, comm=None):
+    """Parse, check, train, print the summary; returns the exit code. ``description`` heads ``--help``.
+
+    ``comm``: the job's communicator (``gpuemb.comm.init()``); with several ranks each trains its part, rank 0
+    alone shows progress and the summary, and every rank prints its own errors."""
     config = parse_config(sys.argv[1:] if argv is None else argv, description)
+    cluster = Cluster.of(comm, config)
+    where = "" if cluster is None else f" (rank {cluster.rank} of {cluster.world_size})"
+    lead = cluster is None or cluster.rank == 0
     try:
         check_startup(config)
-        summary = train(config, ProgressBar(config.progress))
+        summary = train(config, ProgressBar(config.progress) if lead else Reporter(), cluster)
     except TrainError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error{where}: {e}", file=sys.stderr)
         return e.exit_code
     except (StoreError, DataError) as e:  # a cache too small for a batch, a shard that went bad while read
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error{where}: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; --resume continues from the last checkpoint, if one was written",
               file=sys.stderr)
         return 130
-    print(summary_line(summary))
+    if lead:
+        print(summary_line(summary))
     return 0

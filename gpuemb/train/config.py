@@ -31,7 +31,10 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 EMBEDDING_DTYPES = ("fp32", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 TABLES = ("shared", "per-feature")
-GROUPS = ("model", "data", "store", "optimization", "checkpoints", "output", "run")
+CODECS = ("fp32", "fp16", "bf16", "int8")  # gpuemb.kernels.codecs.CODECS, named here so a config needs no kernels
+COMM_BACKENDS = ("auto", "mpi", "nccl", "local")
+SHARDINGS = ("auto", "table", "row", "column")
+GROUPS = ("model", "data", "store", "optimization", "checkpoints", "output", "run", "distributed")
 
 
 def setting(default, help, group, kind=None, choices=None, low=None, high=None):
@@ -145,6 +148,15 @@ class TrainConfig:
     pipeline: bool = setting(True, "prepare the next batch (its keys, and its rows in the device cache) while this "
                              "one computes; --no-pipeline runs them one after the other, with the same results",
                              "run")
+    # -- distributed (under mpiexec; a launch of one process ignores these)
+    comm_backend: str = setting("auto", "how ranks talk: auto (one process: local; several: nccl with GPUs, else "
+                                "mpi), or mpi, nccl, local", "distributed", choices=COMM_BACKENDS)
+    comm_codec: str = setting("fp32", "the wire format of the forward all-to-all of embedding rows (int8: a "
+                              "per-row absmax scale, D + 4 bytes a row)", "distributed", choices=CODECS)
+    comm_codec_backward: str = setting(None, "the wire format of the backward all-to-all of their gradients "
+                                       "(default: --comm-codec)", "distributed", choices=CODECS)
+    sharding: str = setting("auto", "how tables are placed on the ranks: auto (the planner), or every table "
+                            "table-, row- or column-wise", "distributed", choices=SHARDINGS)
 
     def __post_init__(self):
         self.validate()
@@ -204,6 +216,10 @@ class TrainConfig:
             fail("resume", "'latest' is looked up in --checkpoint-dir; give that folder, or the checkpoint's path")
         if self.checkpoint_every and not self.checkpoint_dir:
             fail("checkpoint_every", "needs --checkpoint-dir, the folder to write checkpoints to")
+        if self.precision == "fp16" and self.sharding == "column" and self.embedding_optimizer == "rowwise_adagrad":
+            fail("sharding", "column shards under rowwise_adagrad exchange their squared-gradient sums during the "
+                 "backward, which a loss-scaled fp16 step holds back; use --sharding row or table, or another "
+                 "--embedding-optimizer")
         for key in ("lr", "embedding_lr"):
             if getattr(self, key) is not None and getattr(self, key) <= 0:
                 fail(key, f"{getattr(self, key)!r}; use a learning rate > 0")
@@ -328,7 +344,10 @@ def check_precision(precision, device):
 RESUMABLE_CHANGES = frozenset({"lr", "embedding_lr",
     "steps", "epochs", "checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume", "metrics_out", "plot",
     "eval_every", "eval_rows", "eval_data", "log_every", "progress", "pipeline", "device", "store", "cache_rows",
-    "host_cache_rows", "ssd_dir"})
+    "host_cache_rows", "ssd_dir",
+    # the wire formats and the placement: checkpoints reshard across world sizes and plans, and a codec only
+    # rounds what travels
+    "comm_backend", "comm_codec", "comm_codec_backward", "sharding"})
 
 
 def resume_differences(saved, config):

@@ -26,8 +26,12 @@ def _result(metric):
         raise
 
 
-def evaluate(model, source, n_tasks=1, max_rows=None, batch_size=16384):
-    """``{"rows", "auc", "log_loss", "accuracy", "eval_s"}`` (plus per-task lists when ``n_tasks > 1``)."""
+def evaluate(model, source, n_tasks=1, max_rows=None, batch_size=16384, cluster=None):
+    """``{"rows", "auc", "log_loss", "accuracy", "eval_s"}`` (plus per-task lists when ``n_tasks > 1``).
+
+    ``cluster`` (several ranks): each rank runs its part of every eval batch through the model (every rank calls
+    the sharded lookups, which are collective) and the parts' logits are gathered in rank order, so every rank
+    computes the metrics of the whole eval set, as one process would."""
     start = time.perf_counter()
     metrics = [{name: cls() for name, cls in METRICS.items()} for _ in range(n_tasks)]
     loader = Loader(source, LoaderConfig(batch_size, shuffle=False, drop_last=False, prefetch=2))
@@ -38,7 +42,11 @@ def evaluate(model, source, n_tasks=1, max_rows=None, batch_size=16384):
         with no_grad():
             for batch in loader:
                 take = batch.rows if max_rows is None else min(batch.rows, max_rows - rows)
-                logits = model(batch.dense[:take], batch.sparse[:take]).data
+                if cluster is None:
+                    logits = model(batch.dense[:take], batch.sparse[:take]).data
+                else:
+                    mine = cluster.part(batch.slice(0, take))
+                    logits = cluster.gather(model(mine.dense, mine.sparse).data)
                 labels = batch.label[:take]
                 for t, task in enumerate(metrics):
                     column = (logits, labels) if n_tasks == 1 else (logits[:, t], labels[:, t])

@@ -9,6 +9,7 @@ first shows up.
 import os
 
 from gpuemb import models
+from gpuemb.distributed import ShardedEmbeddingCollection
 from gpuemb.optim import AdagradRule, AdamRule, FtrlRule, RowwiseAdagradRule, SGDRule
 from gpuemb.store.collection import EmbeddingCollection
 from gpuemb.store.options import Initializer, StoreOptions, TableConfig
@@ -70,10 +71,11 @@ def build_model(config, data, ssd_dir=None, table_lr=None):
 
 
 def embedding_tables(model):
-    """``{name: EmbeddingTable}`` of every table in the model's embedding collections."""
+    """``{name: EmbeddingTable}`` of every table in the model's embedding collections (on a rank of several, the
+    shards and replicas this rank holds)."""
     tables = {}
     for m in model.modules():
-        if isinstance(m, EmbeddingCollection):
+        if isinstance(m, (EmbeddingCollection, ShardedEmbeddingCollection)):
             for t in m.tables:
                 if t.config.name in tables:
                     raise ValueError(f"the model has two tables named {t.config.name!r}; a checkpoint keys "

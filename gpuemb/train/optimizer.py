@@ -6,6 +6,8 @@ ends there unless ``--decay-steps`` says otherwise. The embedding rows follow th
 
 ``--precision fp16`` adds a dynamic loss scaler, and ``scaled_step`` then takes the place of backward and step.
 """
+import numpy as np
+
 from gpuemb.optim import SGD, Adagrad, Adam, AdamW, ConstantLR, CosineLR, LossScaler, StepLR, WarmupPolyDecayLR
 
 from .errors import ConfigError
@@ -42,14 +44,22 @@ def build_scaler(config):
     return LossScaler() if config.precision == "fp16" else None
 
 
-def scaled_step(loss, optimizer, tables, scaler):
+def scaled_step(loss, optimizer, tables, scaler, cluster=None):
     """Backward of the scaled loss, then the dense step and the tables' row updates together; returns whether it
     stepped. Each table holds its row updates through the backward; once the scaler has unscaled and checked them
-    with the dense gradients, all are applied, or, on inf or NaN, none (and the scale backs off)."""
+    with the dense gradients, all are applied, or, on inf or NaN, none (and the scale backs off).
+
+    ``cluster`` (several ranks): the dense gradients are averaged over the ranks after the backward, and every
+    rank skips the step when any rank's row gradients overflowed, so the ranks stay in step."""
     held = [table.hold_updates() for table in tables.values()]
     try:
         scaler.scale(loss).backward()
-        scaler.unscale_arrays_([grads for h in held for *_, grads in h])
+        if cluster is not None:
+            cluster.allreduce()
+        finite = scaler.unscale_arrays_([grads for h in held for *_, grads in h])
+        if cluster is not None and not cluster.everywhere(finite) and finite:
+            # another rank's rows overflowed; an inf checked here makes this rank skip the same step
+            scaler.unscale_arrays_([np.full(1, np.inf, np.float32)])
         stepped = scaler.step(optimizer)
     except BaseException:
         for table in tables.values():

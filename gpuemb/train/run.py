@@ -15,6 +15,7 @@ from gpuemb.io.loader import Loader, LoaderConfig
 from . import checkpoint as ckpt
 from . import recipes
 from .data import open_data, uses_synthetic
+from .distributed import restore_tables
 from .errors import ConfigError, DivergedError, ResumeError
 from .evaluate import evaluate
 from .loop import Batches, Pipeline, Trainer, non_finite
@@ -48,17 +49,18 @@ class Run:
 
     With ``--resume``, the checkpoint's manifest and config are checked first, before anything is built, and
     ``resume()`` then loads it. ``data``: a ``DataSet`` to train on instead of the config's (a benchmark's).
+    ``cluster``: a ``train.distributed.Cluster`` when the run is one rank of several.
     """
 
-    def __init__(self, config, data=None):
+    def __init__(self, config, data=None, cluster=None):
         # the model's recipe fills what the flags left unset, before anything (a resume's check included) reads it
         config = recipes.apply(config, uses_synthetic(config) if data is None else data.synthetic)
-        self.config, self.checkpoint = config, None
+        self.config, self.checkpoint, self.cluster = config, None, cluster
         if config.resume:
             folder = ckpt.resolve(config.checkpoint_dir if config.resume == "latest" else config.resume)
             body = ckpt.read_manifest(folder)
             ckpt.check_config(body, config, folder)
-            self.checkpoint = (folder, body["config"])
+            self.checkpoint, self.manifest = (folder, body["config"]), body
         self._tmp = tempfile.TemporaryDirectory(prefix="gpuemb-train-")
         try:
             self._build(config, data)
@@ -72,8 +74,10 @@ class Run:
         if config.batch_size is None and not self.data.synthetic:
             batch = max(1, min(batch, self.data.train.n_rows // 10))
         self.batch_size = batch
+        if self.cluster is not None:
+            self.cluster.check_batch(batch)
         self.loader = Loader(self.data.train, LoaderConfig(batch, shuffle=True, seed=config.seed))
-        self.batches = Batches(self.loader)
+        self.batches = Batches(self.loader) if self.cluster is None else self.cluster.batches(self.loader)
         per_epoch = len(self.loader)
         if config.steps:
             self.total_steps = config.steps
@@ -84,15 +88,19 @@ class Run:
         ssd_dir = None
         if config.store == "ssd":
             ssd_dir = config.ssd_dir or os.path.join(self._tmp.name, "ssd")
+            if self.cluster is not None:  # ranks on one host must not share a file
+                ssd_dir = os.path.join(ssd_dir, f"rank{self.cluster.rank}")
             os.makedirs(ssd_dir, exist_ok=True)
         # A resume may change the learning rates, but a table is restored into the config it was saved with;
         # the trainer sets the tables' lr at every step anyway.
         saved_lr = self.checkpoint[1]["embedding_lr"] if self.checkpoint else config.embedding_lr
         self.model = build_model(config, self.data, ssd_dir, saved_lr)
+        if self.cluster is not None:
+            self.cluster.shard(self.model, batch)
         self.tables = embedding_tables(self.model)
         self.optimizer = build_optimizer(config, self.model, self.total_steps)
         self.trainer = Trainer(self.model, self.optimizer, self.tables, config.lr, config.embedding_lr,
-                               build_scaler(config))
+                               build_scaler(config), self.cluster)
         self.pipeline = Pipeline(self.trainer, self.batches, config.pipeline)
         self.eval_every = config.eval_every or max(1, self.total_steps // 4)
         self.window = []  # losses of the steps since the last train record
@@ -121,9 +129,14 @@ class Run:
         if bad:
             raise DivergedError(f"after step {self.step} the dense parameter {bad} holds NaN or inf, so no "
                                 f"checkpoint was written; {self.advice()}")
+        c = self.config
         try:
-            path = ckpt.save_checkpoint(self.config.checkpoint_dir, self.step, self.config, self.state_dict(),
-                                        self.tables, self.config.keep_checkpoints)
+            if self.cluster is None:
+                path = ckpt.save_checkpoint(c.checkpoint_dir, self.step, c, self.state_dict(), self.tables,
+                                            c.keep_checkpoints)
+            else:
+                path = self.cluster.save_checkpoint(c.checkpoint_dir, self.step, c, self.state_dict(), self.model,
+                                                    c.keep_checkpoints)
         except DivergedError as e:
             raise DivergedError(f"after step {self.step} {e}, so no checkpoint was written; {self.advice()}") from None
         self.last_checkpoint = path
@@ -136,7 +149,7 @@ class Run:
         if state["trainer"]["step"] > self.total_steps:
             raise ConfigError(f"--steps: the checkpoint {folder} is at step {state['trainer']['step']}, past the "
                               f"{self.total_steps} steps asked for; --steps counts every step, so ask for more")
-        ckpt.load_tables(folder, self.tables)
+        restore_tables(folder, self.manifest, self.model, self.tables, self.cluster)
         if saved["lr"] != self.config.lr:  # the schedule starts from the new --lr
             del state["trainer"]["optimizer"]["schedule"]
         try:
@@ -166,13 +179,15 @@ class Run:
         """The mean loss of the steps since the last train record (then forgotten), the lrs of the last step."""
         loss = sum(self.window) / len(self.window)
         self.window = []
+        sent = {} if self.cluster is None else {"comm_bytes_per_step": self.cluster.bytes_per_step()}
         return {"kind": "train", "step": self.step, "epoch": self.pipeline.epoch, "samples": self.trainer.samples,
-                "loss": loss, "lr": lrs[0], "embedding_lr": lrs[1], "samples_per_s": samples_per_s}
+                "loss": loss, "lr": lrs[0], "embedding_lr": lrs[1], "samples_per_s": samples_per_s, **sent}
 
     def eval_record(self):
         # Eval batches of the training size: a cached table holds the unique keys of one batch, not more.
         try:
-            result = evaluate(self.model, self.data.eval, self.data.n_tasks, self.config.eval_rows, self.batch_size)
+            result = evaluate(self.model, self.data.eval, self.data.n_tasks, self.config.eval_rows, self.batch_size,
+                              self.cluster)
         except ValueError as e:  # the metrics refuse NaN or infinite logits
             raise DivergedError(f"the evaluation after step {self.step} failed: {e}; {self.advice()}") from None
         record = {"kind": "eval", "step": self.step, "epoch": self.pipeline.epoch, "samples": self.trainer.samples,
@@ -189,14 +204,16 @@ class Run:
         self._tmp.cleanup()
 
 
-def train(config, reporter=None):
-    """Train as ``config`` says, to its last step; returns a summary dict (see ``summarize``)."""
+def train(config, reporter=None, cluster=None):
+    """Train as ``config`` says, to its last step; returns a summary dict (see ``summarize``). ``cluster``: this
+    rank's place in a job of several, where only rank 0 writes the metrics file and the plot."""
     reporter = reporter or Reporter()
-    run = Run(config)
+    run = Run(config, cluster=cluster)
+    lead = cluster is None or cluster.rank == 0
     try:
         if config.resume:
             run.resume()
-        log = MetricsLog(config.metrics_out, run.step if config.resume else None)
+        log = MetricsLog(config.metrics_out if lead else None, run.step if config.resume else None)
 
         def write(record):
             log.write(record)
@@ -227,22 +244,29 @@ def train(config, reporter=None):
                     write(run.train_record(lrs, timed * run.batch_size / max(busy, 1e-9)))
         seconds = time.perf_counter() - start
         evals = [r for r in log.records if r["kind"] == "eval"]
-        if not evals or evals[-1]["step"] != run.step:  # resumed at the last step: evaluate what was loaded
+        again = not evals or evals[-1]["step"] != run.step  # resumed at the last step: evaluate what was loaded
+        if cluster is not None:  # only rank 0 read the records of the run that wrote the checkpoint
+            again = cluster.lead_says(again)
+        if again:
             write(run.eval_record())
             evals.append(log.records[-1])
-        if config.plot:
+        if config.plot and lead:
             from .plot import plot_metrics
             plot_metrics(log.records, config.plot)
-        return summarize(run, evals[-1], run.step - first, seconds)
+        return summarize(run, evals[-1] if evals else None, run.step - first, seconds)
     finally:
         reporter.close()
         run.close()
 
 
 def summarize(run, final, steps, seconds):
-    """``{"steps", "samples", "seconds", "samples_per_s", "eval", "teacher_auc", "checkpoint", "device"}``."""
+    """``{"steps", "samples", "seconds", "samples_per_s", "eval", "teacher_auc", "checkpoint", "device", "data"}``,
+    and on several ranks ``"ranks"`` and ``"comm_bytes_per_step"`` (``{tag: bytes}``, all ranks together). ``eval``
+    is the last eval record (None on a rank other than 0 resumed at its last step: rank 0 alone read it)."""
     samples = steps * run.batch_size
     return {"steps": run.step, "steps_this_run": steps, "samples": run.trainer.samples, "seconds": seconds,
             "samples_per_s": samples / seconds if seconds > 0 else math.nan, "eval": final,
             "teacher_auc": run.data.teacher_auc, "checkpoint": run.last_checkpoint, "device": backend.DEVICE,
-            "data": run.data.description}
+            "data": run.data.description,
+            **({} if run.cluster is None else {"ranks": run.cluster.world_size,
+                                               "comm_bytes_per_step": run.cluster.bytes_per_step(whole_run=True)})}
