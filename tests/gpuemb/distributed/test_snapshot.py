@@ -6,10 +6,12 @@ import pytest
 
 from gpuemb import comm, optim
 from gpuemb.autograd import no_grad
-from gpuemb.distributed import ShardedEmbeddingCollection, load_sharded, save_sharded, shard_path
+from gpuemb.distributed import ShardedEmbeddingCollection, load_sharded, load_sharded_tables, save_sharded, shard_path
 from gpuemb.sharding import Placement, Plan, RankBudget, Shard, TableSpec
+from gpuemb.store.checkpoint import save_snapshot
 from gpuemb.store.snapshot import SnapshotError
 from gpuemb.store.options import TableConfig
+from gpuemb.store.table import EmbeddingTable
 
 D = 4
 CONFIGS = [TableConfig(n, D, rule=optim.AdamRule(), lr=0.1) for n in ("a", "b")]
@@ -39,9 +41,40 @@ def test_a_round_trip_gives_back_every_row(saved):
     c, path = saved
     fresh = collection()
     load_sharded(fresh, [path])
-    for (n, want), got in zip(rows_of(c).items(), rows_of(fresh).values()):
-        for w, g in zip(want, got):
-            np.testing.assert_array_equal(np.sort(g, axis=0), np.sort(w, axis=0), err_msg=n)
+    assert_same_rows(rows_of(c), rows_of(fresh))
+
+
+def assert_same_rows(want, got):
+    for (n, w), g in zip(want.items(), got.values()):
+        for a, b in zip(w, g):
+            np.testing.assert_array_equal(np.sort(b, axis=0), np.sort(a, axis=0), err_msg=n)
+
+
+def test_a_snapshot_of_whole_tables_loads_as_a_save_of_one_rank(saved, tmp_path):
+    c, _ = saved
+    plain = tmp_path / "plain.h5"  # what one process's checkpoint holds: no "sharded" meta
+    save_snapshot({n: s.table for n, s in c.shards.items()}, plain)
+    fresh = collection()
+    load_sharded(fresh, [plain])
+    assert_same_rows(rows_of(c), rows_of(fresh))
+
+
+def test_a_sharded_save_loads_into_whole_tables_of_one_process(saved):
+    c, path = saved
+    tables = {cfg.name: EmbeddingTable(cfg) for cfg in CONFIGS}
+    load_sharded_tables(tables, [path])
+    got = {n: [np.concatenate(x) for x in zip(*t.export())] for n, t in tables.items()}
+    assert_same_rows(rows_of(c), got)
+
+
+def test_a_save_that_fails_raises_its_own_error(saved, tmp_path):
+    c, _ = saved
+
+    def refuse(name, table):
+        raise ValueError(f"table {name!r} refused")
+
+    with pytest.raises(ValueError, match="table 'a' refused"):
+        save_sharded(c, tmp_path / "refused", wrap=refuse)
 
 
 def test_a_corrupt_chunk_loads_nothing(saved):
