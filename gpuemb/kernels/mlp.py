@@ -78,9 +78,14 @@ def linear_forward_cpu(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True
 
 
 def weight_grad_cpu(g, x, with_bias=True):
-    # x.T @ g runs ~6x faster than g.T @ x in OpenBLAS at DLRM's top-layer shapes ([4096, 368] x [4096, 256]:
-    # 18 vs 110 ms on 2 cores), so take it and transpose; the copy is one weight-sized array.
-    return np.ascontiguousarray((x.T @ g).T), g.sum(axis=0) if with_bias else None
+    # gW = g.T @ x = (x.T @ g).T. OpenBLAS reduces over the batch several times faster when the product it forms
+    # is at least as tall as it is wide: at batch 2048 on 2 cores, [512 in, 256 out] took 33 ms as (x.T @ g).T
+    # against 56 ms as g.T @ x, and [368 in, 512 out] 41 ms as g.T @ x against 163 ms the other way. So form
+    # the taller of the two; transposing back copies one weight-sized array.
+    gb = g.sum(axis=0) if with_bias else None
+    if x.shape[1] >= g.shape[1]:
+        return np.ascontiguousarray((x.T @ g).T), gb
+    return g.T @ x, gb
 
 
 def input_grad_cpu(g, W, mask=None, scale=1.0):

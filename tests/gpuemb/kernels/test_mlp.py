@@ -6,7 +6,7 @@ from gpuemb.autograd.backend import to_device, to_host
 from gpuemb.kernels.mlp import (FusedLayer, FusedMLP, cublaslt_mask_words, fused_linear, input_grad, input_grad_cpu,
                                 input_grad_cuda, input_grad_ref, linear_forward, linear_forward_cpu,
                                 linear_forward_cuda, linear_forward_ref, weight_grad, weight_grad_cuda,
-                                weight_grad_ref)
+                                weight_grad_cpu, weight_grad_ref)
 from gpuemb.kernels.relu_dropout import relu_dropout_ref, unpack_bits_ref
 
 SHAPES = [(1, 5, 3), (4, 7, 33), (16, 40, 100), (9, 64, 1)]  # B, in, out: B = 1, out = 1, out off 32s
@@ -72,6 +72,16 @@ def test_backward_steps_cpu_match_reference(rng, B, n_in, n_out):
     np.testing.assert_allclose(gW, g.T @ x, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(gb, g.sum(axis=0), rtol=1e-5, atol=1e-5)
     assert weight_grad(g, x, with_bias=False)[1] is None
+
+
+@pytest.mark.parametrize("n_in,n_out", [(40, 7), (7, 40), (12, 12)], ids=["wide-in", "wide-out", "square"])
+def test_cpu_weight_gradient_in_either_orientation(rng, n_in, n_out):
+    # the CPU forms whichever of g.T @ x and (x.T @ g).T is the taller product: both must give row-major g.T @ x
+    x, g = rng.standard_normal((30, n_in)).astype(np.float32), rng.standard_normal((30, n_out)).astype(np.float32)
+    gW, gb = weight_grad_cpu(g, x)
+    assert gW.shape == (n_out, n_in) and gW.flags.c_contiguous
+    np.testing.assert_allclose(gW, g.astype(np.float64).T @ x, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gb, g.sum(axis=0), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("act", ACTS, ids=["linear", "relu", "relu-dropout", "eval"])
