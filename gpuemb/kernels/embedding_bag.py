@@ -112,9 +112,42 @@ def embedding_bag_cpu(table, slots, offsets=None, mode="sum"):
     return _segment_rows_cpu(table, slots, offsets, mode == "mean", out)
 
 
+@numba.njit(cache=True)
+def _counting_order(slots, counts):
+    """The stable sort order of ``slots`` whose values count ``counts``: one pass, no comparisons."""
+    pos = np.empty(counts.size, np.int64)
+    total = 0
+    for v in range(counts.size):
+        pos[v] = total
+        total += counts[v]
+    order = np.empty(slots.size, np.int64)
+    for k in range(slots.size):
+        order[pos[slots[k]]] = k
+        pos[slots[k]] += 1
+    return order
+
+
+def _runs_cpu(slots, offsets, n, pooled):
+    """``_runs`` for NumPy: a table's slots are positions among the batch's unique keys, so a counting sort
+    replaces the comparison sort (3 ms of a 53k-key batch) and gives the same stable order, hence the same sums
+    bit for bit. Values spread far wider than the batch fall back to the sort."""
+    if not n or slots.min() < 0 or slots.max() > 4 * n + 1024:
+        return _runs(slots, offsets, n)
+    counts = np.bincount(slots)
+    order = _counting_order(slots, counts)
+    unique = np.flatnonzero(counts)
+    bounds = np.zeros(unique.size + 1, np.int64)
+    np.cumsum(counts[unique], out=bounds[1:])
+    if not pooled:  # every slot is its own bag
+        return unique, order, bounds
+    bag = np.searchsorted(offsets, np.arange(n), side="right") - 1
+    return unique, bag[order], bounds
+
+
 def embedding_bag_backward_cpu(gy, slots, offsets=None, mode="sum"):
+    pooled = offsets is not None
     offsets = _row_offsets(offsets, slots.size)
-    unique, bag, bounds = _runs(slots, offsets, slots.size)
+    unique, bag, bounds = _runs_cpu(slots, offsets, slots.size, pooled)
     out = np.empty((unique.size, gy.shape[1]), dtype=gy.dtype)
     return unique, _segment_rows_cpu(np.ascontiguousarray(_bag_grads(gy, offsets, mode)), bag, bounds, False, out)
 

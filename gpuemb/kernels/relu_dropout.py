@@ -201,12 +201,16 @@ def relu_dropout(x, p, seed=0, step=0, training=True, relu=True, bias=None, out=
 
 @numba.njit(parallel=True, cache=True)
 def _relu_dropout_backward_cpu(gy, mask, scale, gx):
+    cols = gy.shape[1]
+    zero = gy.dtype.type(0)
     for r in numba.prange(gy.shape[0]):
-        for c in range(gy.shape[1]):
-            if (mask[r, c >> 5] >> (c & 31)) & 1:
-                gx[r, c] = gy[r, c] * scale
-            else:
-                gx[r, c] = 0
+        for w in range(cols >> 5):  # whole words: a fixed 32-lane loop of shifts and selects, which vectorises
+            word = mask[r, w]
+            for j in range(32):
+                c = (w << 5) + j
+                gx[r, c] = gy[r, c] * scale if (word >> np.uint32(j)) & np.uint32(1) else zero
+        for c in range(cols & ~31, cols):
+            gx[r, c] = gy[r, c] * scale if (mask[r, c >> 5] >> (c & 31)) & 1 else zero
 
 
 @cuda.jit(cache=True)

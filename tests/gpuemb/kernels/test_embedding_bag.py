@@ -170,3 +170,23 @@ def test_cuda_kernels_on_real_shapes(rng, mode):
     np.testing.assert_array_equal(to_host(first[0]), want_unique)
     np.testing.assert_allclose(to_host(first[1]), want_summed, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(to_host(first[1]), to_host(second[1]))
+
+
+@pytest.mark.parametrize("spread", [30, 10 ** 9], ids=["counting-sort", "comparison-sort"])
+@pytest.mark.parametrize("pooled", [False, True])
+def test_cpu_backward_sums_in_the_order_of_a_stable_sort(rng, spread, pooled):
+    # slots within a few times the batch take the counting sort, wide ones the comparison sort: both must add
+    # each slot's gradients in the same order as the stable argsort, so the sums agree bit for bit
+    from gpuemb.kernels.embedding_bag import _runs, _segment_rows_cpu
+    slots = rng.integers(0, spread, 300)
+    slots[rng.random(300) < 0.3] = slots[0]  # duplicates, wherever the values lie
+    offsets = np.arange(0, 301, 3) if pooled else None
+    gy = rng.standard_normal((100 if pooled else 300, 8)).astype(np.float32)
+    unique, summed = embedding_bag_backward_cpu(gy, slots, offsets)
+    bounds_of = offsets if pooled else np.arange(301)
+    u, bag, bounds = _runs(slots, bounds_of, 300)
+    want = _segment_rows_cpu(gy, bag, bounds, False, np.empty((u.size, 8), np.float32))
+    np.testing.assert_array_equal(unique, u)
+    assert summed.tobytes() == want.tobytes()
+    np.testing.assert_allclose(summed, [gy[(np.arange(300) // 3 if pooled else np.arange(300))[slots == s]].sum(0)
+                                        for s in u], rtol=1e-5, atol=1e-5)
