@@ -303,14 +303,33 @@ def dot_interaction_backward(gy, bottom, emb, self_interaction=False):
 
 
 class DotInteraction(Function):
-    """Autograd op: ``DotInteraction(self_interaction, pad_to).apply(bottom, emb)``; gradients for both inputs."""
+    """Autograd op: ``DotInteraction(self_interaction, pad_to, precision).apply(bottom, emb)``; gradients for both.
 
-    def __init__(self, self_interaction=False, pad_to=8):
+    precision "fp16" (a GPU only) runs the float16 kernels, which stage float16 tiles and sum each dot in float32,
+    on float16 copies of the inputs; the output and the gradients come back in the inputs' dtype, so the op's
+    boundary stays float32 like the MLPs'. "bf16" computes in float32: CuPy has no bfloat16 type to hand the
+    kernels (the MLPs' matmuls are where bf16 tensor cores pay).
+    """
+
+    def __init__(self, self_interaction=False, pad_to=8, precision="fp32"):
+        if precision not in ("fp32", "fp16", "bf16"):
+            raise ValueError(f"DotInteraction: precision={precision!r}; use fp32, fp16 or bf16")
         self.self_interaction, self.pad_to = bool(self_interaction), int(pad_to)
+        self.half = precision == "fp16"
 
     def forward(self, bottom, emb):
+        self.dtype = emb.dtype
+        if self.half:
+            if not is_device_array(emb):
+                raise ValueError("DotInteraction: precision fp16 runs on a GPU only; the CPU kernels compute in "
+                                 "the inputs' dtype, so use precision='fp32' there")
+            bottom, emb = bottom.astype(np.float16), emb.astype(np.float16)
         self.bottom, self.emb = bottom, emb
-        return dot_interaction(bottom, emb, self.self_interaction, self.pad_to)
+        y = dot_interaction(bottom, emb, self.self_interaction, self.pad_to)
+        return y.astype(self.dtype) if self.half else y
 
     def backward(self, gy):
-        return dot_interaction_backward(gy, self.bottom, self.emb, self.self_interaction)
+        if self.half:
+            gy = get_array_module(gy).ascontiguousarray(gy.astype(np.float16))
+        g_bottom, g_emb = dot_interaction_backward(gy, self.bottom, self.emb, self.self_interaction)
+        return (g_bottom.astype(self.dtype), g_emb.astype(self.dtype)) if self.half else (g_bottom, g_emb)

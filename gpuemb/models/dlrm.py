@@ -39,5 +39,5 @@ class DLRM(RecModel):
 
     def head(self, dense, emb):
         x = self.dense_input(dense, emb.shape[0])
-        z = DotInteraction(self.self_interaction, PAD_TO).apply(self.bottom(x), emb)
+        z = DotInteraction(self.self_interaction, PAD_TO, self.precision).apply(self.bottom(x), emb)
         return self.top(z).reshape(-1)

@@ -38,6 +38,6 @@ class PNN(RecModel):
         fields = self.dense_field(self.dense_input(dense, emb.shape[0]), emb)
         B, _, D = fields.shape
         # The interaction's output is [field 0, the pairs]: field 0 is in z already, so keep the pairs only.
-        pairs = DotInteraction(pad_to=1).apply(fields[:, 0], fields[:, 1:])
+        pairs = DotInteraction(pad_to=1, precision=self.precision).apply(fields[:, 0], fields[:, 1:])
         z_p = concat([fields.reshape(B, -1), slice_axis(pairs, D, pairs.shape[1], axis=1)], axis=1)
         return self.deep(z_p).reshape(-1)
