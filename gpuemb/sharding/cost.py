@@ -2,7 +2,8 @@
 
 Memory follows the store (``gpuemb.store``), per key of a level:
 
-- the row, ``row_width(rule, cols) · itemsize``, in the level's tier;
+- the row as the store keeps it (``store/row_format.py``: float16 weights beside float32 state in a float16
+  table), in the level's tier;
 - ``INDEX_BYTES`` for the key index, in the same memory as the index: the device for a device level, the host
   for a host or ssd home. By its own account (``store/key_index.py``) the index costs 15 to 21 bytes a key
   between rehashes; we charge 24, a bound with room;
@@ -25,6 +26,9 @@ and allreduced as a dense gradient, ``2·(W − 1)/W · rows·dim·itemsize`` by
 are the bytes a rank sends; what it keeps for itself never leaves it.
 """
 from dataclasses import dataclass, fields
+
+from gpuemb import optim
+from gpuemb.store.row_format import RowFormat
 
 INDEX_BYTES = 24
 SLOT_BYTES = 8 + 4 + 1 + 4 + 4 + 4 + 1 + 1
@@ -87,8 +91,12 @@ def human_bytes(n):
 
 
 def row_bytes(spec, cols=None):
-    """Bytes of one stored row of ``spec`` holding ``cols`` weight columns (all by default) and their state."""
-    return spec.row_width(cols) * spec.itemsize
+    """Bytes of one stored row of ``spec`` holding ``cols`` weight columns (all by default) and their state.
+
+    As the store keeps it (``store/row_format.py``): a float16 table's weights are float16 and its optimizer state
+    float32, so its rows are not half of a float32 table's."""
+    rule = getattr(optim, spec.rule)()
+    return RowFormat(rule, spec.dim if cols is None else cols, spec.dtype).row_bytes
 
 
 def shard_memory(spec, rows, cols=None, home="device", cache_rows=0):
