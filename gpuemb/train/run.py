@@ -14,6 +14,7 @@ from gpuemb.io.loader import Loader, LoaderConfig
 
 from . import checkpoint as ckpt
 from . import recipes
+from .config import check_precision
 from .data import open_data, uses_synthetic
 from .distributed import restore_tables
 from .errors import ConfigError, DivergedError, ResumeError
@@ -55,6 +56,7 @@ class Run:
     def __init__(self, config, data=None, cluster=None):
         # the model's recipe fills what the flags left unset, before anything (a resume's check included) reads it
         config = recipes.apply(config, uses_synthetic(config) if data is None else data.synthetic)
+        check_precision(config.precision, backend.DEVICE)  # before building anything, as tools/train.py does
         self.config, self.checkpoint, self.cluster = config, None, cluster
         if config.resume:
             folder = ckpt.resolve(config.checkpoint_dir if config.resume == "latest" else config.resume)

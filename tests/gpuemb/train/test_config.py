@@ -104,3 +104,13 @@ def test_a_resume_may_change_how_long_and_what_it_writes_but_not_what_it_compute
     assert resume_differences(saved, TrainConfig(steps=20, eval_every=5, metrics_out="m.jsonl")) == []
     diff = resume_differences(saved, TrainConfig(steps=20, embedding_dim=8, model="dcn"))
     assert [(k, a, b) for k, a, b in diff] == [("model", "dlrm", "dcn"), ("embedding_dim", 16, 8)]
+
+
+def test_a_run_refuses_reduced_precision_on_the_cpu_before_building_anything():
+    from gpuemb.autograd import backend
+    from gpuemb.train.errors import ConfigError
+    from gpuemb.train.run import Run
+    if backend.DEVICE != "cpu":
+        pytest.skip("checks the CPU's refusal; this backend is " + backend.DEVICE)
+    with pytest.raises(ConfigError, match="--precision: fp16 runs on a GPU only"):
+        Run(TrainConfig(precision="fp16"))
