@@ -57,4 +57,3 @@ def test_the_tables_are_drawn_the_way_the_config_says():
     init = inits.pop()
     assert (init.kind, init.scale, init.seed) == ("normal", 0.01, 5)
     assert table_configs(c, Data())[0].lr == 0.05
-
