@@ -123,7 +123,7 @@ def zipf_constants(n, s):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _zipf_rank(state, n, s, h1, hn, cut):
+def zipf_rank(state, n, s, h1, hn, cut):
     """(next state, a rank in [0, n) with P(r) proportional to (r + 1) ** -s); see :func:`zipf_constants`."""
     while True:
         state, u = _uniform(state)
@@ -160,7 +160,7 @@ def _row(row, i, stream, cards, hot_off, alpha, zipf, decay, perm_a, perm_b, sal
     for t in range(cards.size):
         v[:] = 0.0
         for c in range(hot_off[t], hot_off[t + 1]):
-            state, r = _zipf_rank(state, cards[t], alpha, zipf[t, 0], zipf[t, 1], zipf[t, 2])
+            state, r = zipf_rank(state, cards[t], alpha, zipf[t, 0], zipf[t, 1], zipf[t, 2])
             idx = (r * perm_a[t] + perm_b[t]) % cards[t]
             sparse[i, c] = idx
             base = splitmix64(salts[t] ^ np.uint64(idx))

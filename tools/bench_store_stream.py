@@ -15,7 +15,7 @@ import numpy as np
 from bench_ops import median_seconds
 from gpuemb.autograd import backend
 from gpuemb.io.hashing import splitmix64
-from gpuemb.io.synthetic import _zipf_rank, zipf_constants
+from gpuemb.io.synthetic import zipf_constants, zipf_rank
 
 STRIDE = 2654435761  # a prime near 2**32 / golden ratio: coprime with any universe that is not its multiple
 
@@ -25,7 +25,7 @@ def _zipf_ids(n_draws, universe, alpha, h1, hn, cut, seed):
     out = np.empty(n_draws, np.int64)
     state = np.uint64(seed)
     for i in range(n_draws):
-        state, r = _zipf_rank(state, universe, alpha, h1, hn, cut)
+        state, r = zipf_rank(state, universe, alpha, h1, hn, cut)
         out[i] = (np.uint64(r) * np.uint64(STRIDE)) % np.uint64(universe)
     return out
 

@@ -56,18 +56,26 @@ class EmbeddingCollection(Module):
         self.n_features = n_features if self.shared else len(configs)
         self.mode = mode
 
-    def forward(self, sparse):
-        if isinstance(sparse, (list, tuple)):
-            return self._pooled(sparse)
+    def table_keys(self, sparse):
+        """``[(table, keys)]``: the keys each table looks up in a forward on ``sparse [B, F]`` (int64), in the order
+        the forward looks them up. A prefetch given the same keys hands the lookup its sort and pinned slots."""
         sparse = np.asarray(to_host(sparse), np.int64)
-        B, F = sparse.shape
-        if F != self.n_features:
+        if sparse.ndim != 2 or sparse.shape[1] != self.n_features:
             raise ValueError(f"EmbeddingCollection: sparse is [B, F] = {sparse.shape}, this collection has "
                              f"{self.n_features} features")
         if self.shared:
-            mixed = np.stack([feature_keys(sparse[:, f], f) for f in range(F)], axis=1)
-            return self.tables[0].lookup(mixed.reshape(-1), insert=self.training).reshape(B, F, self.dim)
-        return concat([t.lookup(sparse[:, f], insert=self.training).reshape(B, 1, self.dim) for f, t in enumerate(self.tables)], axis=1)
+            mixed = np.stack([feature_keys(sparse[:, f], f) for f in range(self.n_features)], axis=1)
+            return [(self.tables[0], mixed.reshape(-1))]
+        return [(t, sparse[:, f]) for f, t in enumerate(self.tables)]
+
+    def forward(self, sparse):
+        if isinstance(sparse, (list, tuple)):
+            return self._pooled(sparse)
+        B = np.shape(sparse)[0]
+        rows = [t.lookup(keys, insert=self.training) for t, keys in self.table_keys(sparse)]
+        if self.shared:
+            return rows[0].reshape(B, self.n_features, self.dim)
+        return concat([r.reshape(B, 1, self.dim) for r in rows], axis=1)
 
     def _pooled(self, bags):
         if len(bags) != self.n_features:

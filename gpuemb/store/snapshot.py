@@ -172,16 +172,17 @@ def _atomic(path):
     tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:8]}")
     try:
         yield tmp
-        _fsync(tmp)  # the data must be on disk before the rename makes it the snapshot
+        fsync(tmp)  # the data must be on disk before the rename makes it the snapshot
         os.replace(tmp, path)
     except BaseException:
         with suppress(FileNotFoundError):
             os.remove(tmp)
         raise
-    _fsync(folder)  # and the rename itself must survive a power loss
+    fsync(folder)  # and the rename itself must survive a power loss
 
 
-def _fsync(path):
+def fsync(path):
+    """Flush the file or folder at ``path`` to disk (a folder: its entries, so a rename in it survives)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -26,7 +26,7 @@ import h5py
 import numpy as np
 
 from gpuemb.store.checkpoint import load_snapshot, save_snapshot
-from gpuemb.store.snapshot import SnapshotError, _fsync
+from gpuemb.store.snapshot import SnapshotError, fsync
 
 from .config import flag, resume_differences
 from .errors import CheckpointError, DivergedError, ResumeError
@@ -71,7 +71,7 @@ def write_state(path, state):
         f.attrs["loader"] = _json(state["loader"])
         f.attrs["trainer"] = _json({"step": state["trainer"]["step"], "samples": state["trainer"]["samples"],
                                          **state["loop"]})
-    _fsync(path)
+    fsync(path)
 
 
 class FiniteRows:
@@ -117,7 +117,7 @@ def write_manifest(tmp, step, config, files, **extra):
 
 def publish(directory, name, final, tmp, keep):
     """Rename the complete ``tmp`` to ``final``, point ``latest`` at it, keep the ``keep`` newest checkpoints."""
-    _fsync(tmp)
+    fsync(tmp)
     if os.path.exists(final):  # the same step again (a resume from an older checkpoint): replace it whole
         old = os.path.join(directory, f".{name}.old-{uuid.uuid4().hex[:8]}")
         os.rename(final, old)
@@ -125,7 +125,7 @@ def publish(directory, name, final, tmp, keep):
         shutil.rmtree(old)
     else:
         os.rename(tmp, final)
-    _fsync(directory)
+    fsync(directory)
     _point_latest(directory, name)
     _prune(directory, keep, name)
 
@@ -161,7 +161,7 @@ def _point_latest(directory, name):
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(directory, LATEST))
-    _fsync(directory)
+    fsync(directory)
 
 
 def _prune(directory, keep, current):

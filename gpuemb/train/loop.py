@@ -11,11 +11,9 @@ the loader's position; new embedding rows from (seed, key); synthetic rows from 
 import math
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
-
 from gpuemb.autograd import backend, bce_with_logits
-from gpuemb.autograd.backend import get_array_module, to_host
-from gpuemb.store.collection import EmbeddingCollection, feature_keys
+from gpuemb.autograd.backend import get_array_module
+from gpuemb.store.collection import EmbeddingCollection
 
 from .errors import ConfigError, DivergedError, TrainError
 from .optimizer import scaled_step
@@ -148,16 +146,6 @@ class Batches:
         self.loader.load_state_dict(state)
 
 
-def lookup_keys(collection, sparse):
-    """``[(table, keys)]``: the keys each table of ``collection`` looks up in a forward on ``sparse [B, F]``, as
-    ``EmbeddingCollection.forward`` forms them (a prefetch given the same keys hands the lookup its work)."""
-    sparse = np.asarray(to_host(sparse), np.int64)
-    if collection.shared:
-        mixed = np.stack([feature_keys(sparse[:, f], f) for f in range(sparse.shape[1])], axis=1)
-        return [(collection.tables[0], mixed.reshape(-1))]
-    return [(t, sparse[:, f]) for f, t in enumerate(collection.tables)]
-
-
 class Pipeline:
     """Steps a Trainer on Batches; with ``overlap``, the next batch is prepared while this one computes.
 
@@ -228,7 +216,7 @@ class Pipeline:
         backend.synchronize()
         with self._stream:
             for collection in self.collections:
-                for table, keys in lookup_keys(collection, sparse):
+                for table, keys in collection.table_keys(sparse):
                     done = table.prefetch(keys, if_room=True)
                     self.prefetched, self.skipped = self.prefetched + done, self.skipped + (not done)
         self._stream.synchronize()

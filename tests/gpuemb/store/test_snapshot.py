@@ -19,12 +19,12 @@ SGD = {"weights": [0, 5]}
 @pytest.fixture
 def synced(monkeypatch):
     """``(path, existed)`` of each fsync the writer makes, in order; the fsyncs still happen."""
-    calls, fsync = [], snapshot._fsync
+    calls, fsync = [], snapshot.fsync
 
     def record(path):
         calls.append((path, os.path.exists(path)))
         fsync(path)
-    monkeypatch.setattr(snapshot, "_fsync", record)
+    monkeypatch.setattr(snapshot, "fsync", record)
     return calls
 
 

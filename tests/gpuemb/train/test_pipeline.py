@@ -4,7 +4,6 @@ import pytest
 
 from gpuemb.autograd import no_grad
 from gpuemb.train import Reporter, TrainConfig, train
-from gpuemb.train.loop import lookup_keys
 from gpuemb.train.run import Run
 
 STEPS = 7
@@ -69,7 +68,7 @@ def test_a_lookup_takes_over_the_prefetched_keys_and_slots(tmp_path):
         with run.pipeline as pipeline:
             pipeline.step(ahead=True)
             pipeline._wait()
-            (table, keys), = lookup_keys(run.model.embeddings, pipeline._ahead[0].sparse)
+            (table, keys), = run.model.embeddings.table_keys(pipeline._ahead[0].sparse)
             level = table.top
             seen = level.hits + level.misses
             assert seen > 0 and len(table._prefetched) == 1
