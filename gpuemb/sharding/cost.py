@@ -10,7 +10,8 @@ Memory follows the store (``gpuemb.store``), per key of a level:
 - ``SLOT_BYTES`` of per-slot bookkeeping, which ``RowLevel`` keeps in NumPy on the host whatever the tier: the
   key (8), update count (4), dirty flag (1), the policy's last use, use count and pins (4 + 4 + 4) and occupied
   flag (1), and the slab allocator's used flag (1; it is kept per row handed out and grows by a
-  quarter, so up to 1.25). It is ``host_meta``: reported, not charged to the host tier,
+  quarter, so up to 1.25; the other per-slot arrays grow a quarter ahead too, up to 1.25 times these 27 bytes
+  right after a growth). It is ``host_meta``: reported, not charged to the host tier,
   whose budget is for rows. Not counted: the free stack (8 bytes per freed row), and slab rounding: a tier grows
   ``slab_rows`` rows at a time (65536 by default), so a shard may take up to a slab more; give small tables a
   small ``slab_rows``.

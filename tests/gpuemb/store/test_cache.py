@@ -116,3 +116,13 @@ def test_a_batch_bigger_than_the_cache_names_the_size_needed(tmp_path):
     t = table(tmp_path, placement="ssd", cache_rows=8)
     with pytest.raises(StoreFullError, match="cache_rows=8.*raise cache_rows to at least 9"):
         t.lookup(np.arange(9))
+
+
+def test_per_slot_arrays_grow_by_a_quarter_not_a_slab_at_a_time():
+    # growing to exactly the capacity at every slab copied them whole each time: quadratic in the rows
+    from gpuemb.store.cache import _fit
+    a = np.arange(1, 101, dtype=np.int32)
+    b = _fit(a, 101)
+    assert b.shape[0] == 125 and np.array_equal(b[:100], a) and not b[100:].any()
+    assert _fit(b, 120) is b  # room left: no copy
+    assert _fit(b, 1000).shape[0] == 1000  # a jump past a quarter takes what is asked
