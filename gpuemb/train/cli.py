@@ -181,7 +181,11 @@ def main(argv=None, description=None, comm=None):
         print(f"{PROG}: error{where}: {e}", file=sys.stderr)
         return e.exit_code
     except (StoreError, DataError) as e:  # a cache too small for a batch, a shard that went bad while read
-        print(f"{PROG}: error{where}: {e}", file=sys.stderr)
+        print(f"{PROG}: error{where}: {e}", file=sys.stderr, flush=True)
+        if cluster is not None:
+            # this rank's alone (say, the one rank whose table overflows): the others would wait in their next
+            # collective for the whole timeout, so end them now
+            comm.abort("stopped by the error above")
         return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; --resume continues from the last checkpoint, if one was written",
