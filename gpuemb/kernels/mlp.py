@@ -44,10 +44,11 @@ from .relu_dropout import (dropout_scale, keep_threshold, relu_dropout_backward,
 
 
 # -- reference ------------------------------------------------------------------------------------------------
-def linear_forward_ref(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True):
-    """``(y, mask)``: ``y = x @ W.T + b``, through ReLU + dropout when relu (mask None otherwise)."""
+def linear_forward_ref(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True, row0=0):
+    """``(y, mask)``: ``y = x @ W.T + b``, through ReLU + dropout when relu (mask None otherwise). row0: the index of
+    x's first row in the whole batch, which the dropout draws by (relu_dropout.py)."""
     z = x @ W.T + b
-    return relu_dropout_ref(z, p, seed, step, training) if relu else (z, None)
+    return relu_dropout_ref(z, p, seed, step, training, row0=row0) if relu else (z, None)
 
 
 def weight_grad_ref(g, x, with_bias=True):
@@ -69,12 +70,12 @@ def input_grad_ref(g, W, mask=None, scale=1.0):
 
 
 # -- CPU: BLAS matmuls, numba epilogues -------------------------------------------------------------------------
-def linear_forward_cpu(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True):
+def linear_forward_cpu(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True, row0=0):
     z = x @ W.T
     if not relu:
         z += b
         return z, None
-    return relu_dropout_cpu(z, p, seed, step, training, bias=b, out=z)
+    return relu_dropout_cpu(z, p, seed, step, training, bias=b, out=z, row0=row0)
 
 
 def weight_grad_cpu(g, x, with_bias=True):
@@ -122,14 +123,15 @@ def _mask_to_aux(mask):
     return mask.view(np.uint8).T
 
 
-def linear_forward_cuda(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True, compute=None):
+def linear_forward_cuda(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True, compute=None, row0=0):
     matmul, Epilog = _nvmath(compute)
     xp = get_array_module(x)
     if not relu:
         return xp.ascontiguousarray(matmul(W, x.T, epilog=Epilog.BIAS, epilog_inputs={"bias": b}).T), None
     if keep_threshold(p if training else 0.0):
         y = xp.ascontiguousarray(matmul(W, x.T, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": b}).T)
-        return relu_dropout_cuda(y, p, seed, step, training, out=y, words_per_row=cublaslt_mask_words(W.shape[0]))
+        return relu_dropout_cuda(y, p, seed, step, training, out=y, words_per_row=cublaslt_mask_words(W.shape[0]),
+                                 row0=row0)
     yT, aux = matmul(W, x.T, epilog=Epilog.RELU_AUX_BIAS, epilog_inputs={"bias": b})
     return xp.ascontiguousarray(yT.T), _aux_to_mask(aux["relu_aux"])
 
@@ -168,15 +170,16 @@ def _on_gpu(a, compute, op):
     return False
 
 
-def linear_forward(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True, compute=None):
+def linear_forward(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True, compute=None, row0=0):
     """``(y, mask)`` of one fused layer ``act(x @ W.T + b)``: cuBLASLt epilogues on CuPy, BLAS + numba on NumPy.
 
-    compute: a cuBLASLt compute type name for the GPU's matmul (``PRECISIONS``), None for its default."""
+    compute: a cuBLASLt compute type name for the GPU's matmul (``PRECISIONS``), None for its default. row0: the
+    index of x's first row in the whole batch, which the dropout draws by."""
     if x.ndim != 2 or W.ndim != 2 or x.shape[1] != W.shape[1] or b.shape != (W.shape[0],):
         raise ValueError(f"linear_forward: want x [B, in], W [out, in], b [out]; got {x.shape}, {W.shape}, {b.shape}")
     if _on_gpu(x, compute, "linear_forward"):
-        return linear_forward_cuda(x, W, b, relu, p, seed, step, training, compute)
-    return linear_forward_cpu(x, W, b, relu, p, seed, step, training)
+        return linear_forward_cuda(x, W, b, relu, p, seed, step, training, compute, row0=row0)
+    return linear_forward_cpu(x, W, b, relu, p, seed, step, training, row0)
 
 
 def weight_grad(g, x, with_bias=True, compute=None):
@@ -214,14 +217,15 @@ class FusedMLP(Function):
 
     layers: one FusedLayer per (W, b) pair. step: the dropout step counter. training: False turns dropout off.
     precision: "fp32", or "fp16"/"bf16" on a GPU (see the module docstring): the input, output, parameters and
-    their gradients keep their dtypes; only the compute inside is reduced.
+    their gradients keep their dtypes; only the compute inside is reduced. row0: the index of x's first row in
+    the whole batch (a rank's slice of it), which the dropout draws by.
     """
 
-    def __init__(self, layers, step=0, training=True, precision="fp32"):
+    def __init__(self, layers, step=0, training=True, precision="fp32", row0=0):
         if precision not in PRECISIONS:
             raise ValueError(f"FusedMLP: precision={precision!r}; use one of {', '.join(PRECISIONS)}")
         self.layers = tuple(layer.validate() for layer in layers)
-        self.step, self.training = step, training
+        self.step, self.training, self.row0 = step, training, row0
         self.cast, self.compute = PRECISIONS[precision]
 
     def _in(self, a):
@@ -239,7 +243,7 @@ class FusedMLP(Function):
         for layer, W, b in zip(self.layers, self.weights, params[1::2]):
             self.layer_inputs.append(y)
             y, mask = linear_forward(y, W, b, layer.relu, layer.p, layer.seed, self.step, self.training,
-                                     self.compute)
+                                     self.compute, self.row0)
             self.masks.append(mask)
         return y.astype(x.dtype, copy=False)
 

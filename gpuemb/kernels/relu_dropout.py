@@ -6,9 +6,10 @@ draw, packed row-major into uint32 words: ``words_per_row`` words per row (at le
 mask, and it is the layout of cuBLASLt's ReLU bitmask when ``words_per_row`` is a multiple of 4, so the fused MLP
 hands it to the DRELU epilogue as it is.
 
-The dropout draw of element ``(r, c)`` is the Philox stream of (seed, step) at the flat index ``r * cols + c``
-(see philox.py), kept when it is at least ``p * 2**32``: every step can be drawn again, and the CPU and the GPU
-draw the same mask. With ``p = 0``, or outside training, no draw is made and the op is exactly ReLU. With
+The dropout draw of element ``(r, c)`` is the Philox stream of (seed, step) at the flat index
+``(row0 + r) * cols + c`` (see philox.py), kept when it is at least ``p * 2**32``: every step can be drawn again,
+the CPU and the GPU draw the same mask, and with ``row0`` the index of a rank's first row in the global batch, W
+ranks draw the masks one process draws. With ``p = 0``, or outside training, no draw is made and the op is exactly ReLU. With
 ``relu=False`` the sign test is skipped and the op is plain dropout.
 
 - ``relu_dropout_ref`` / ``relu_dropout_backward_ref``: the definition, in NumPy;
@@ -62,13 +63,15 @@ def unpack_bits_ref(mask, cols):
     return np.unpackbits(mask.astype("<u4").view(np.uint8), axis=1, bitorder="little")[:, :cols].astype(bool)
 
 
-def relu_dropout_ref(x, p, seed=0, step=0, training=True, relu=True, bias=None, words_per_row=None):
-    """``(y, mask)`` for a 2-D x: ``y = relu(x + bias) * keep / (1 - p)`` and its packed keep bits."""
+def relu_dropout_ref(x, p, seed=0, step=0, training=True, relu=True, bias=None, words_per_row=None, row0=0):
+    """``(y, mask)`` for a 2-D x: ``y = relu(x + bias) * keep / (1 - p)`` and its packed keep bits.
+
+    row0: the index of x's first row in the whole batch (a rank's slice of it): rows draw by that index."""
     z = x if bias is None else x + bias
     rows, cols = z.shape
     keep = z > 0 if relu else np.ones(z.shape, dtype=bool)
     if keep_threshold(p if training else 0.0):
-        draws = random_bits_ref(seed, step, np.arange(rows * cols)).reshape(rows, cols)
+        draws = random_bits_ref(seed, step, np.arange(row0 * cols, (row0 + rows) * cols)).reshape(rows, cols)
         keep &= draws >= keep_threshold(p)
     scale = z.dtype.type(dropout_scale(p, training))
     y = np.where(keep, z * scale, z.dtype.type(0))
@@ -84,7 +87,7 @@ def relu_dropout_backward_ref(gy, mask, scale):
 def _word_builder(philox):
     """The body shared by the CPU and CUDA kernels, closed over the philox compiled for that device."""
 
-    def build_word(x, out, r, w, bias, s0, s1, t0, t1, thr, scale, relu):
+    def build_word(x, out, r, w, bias, s0, s1, t0, t1, thr, scale, row0, relu):
         # Writes row r, columns [32w, 32w + 32) of out and returns their keep bits. The Philox words of four
         # consecutive flat indices come from one call, so the last call is kept until the index leaves it.
         cols = x.shape[1]
@@ -96,7 +99,7 @@ def _word_builder(philox):
             v = x[r, c] + bias[c]
             keep = v > 0 or not relu
             if thr:
-                i = r * cols + c
+                i = (row0 + r) * cols + c
                 if i >> 2 != q_drawn:
                     q_drawn = i >> 2
                     q = np.uint64(q_drawn)
@@ -118,7 +121,7 @@ _build_word_cpu = numba.njit(_word_builder(philox4x32_10_cpu))
 _build_word_device = cuda.jit(device=True)(_word_builder(philox4x32_10_device))
 
 
-def _launch_args(x, p, seed, step, training, bias, out, words_per_row):
+def _launch_args(x, p, seed, step, training, bias, out, words_per_row, row0=0):
     if x.ndim != 2:
         raise ValueError(f"relu_dropout: want a 2-D input, got shape {x.shape}")
     cols = x.shape[1]
@@ -135,14 +138,14 @@ def _launch_args(x, p, seed, step, training, bias, out, words_per_row):
     t0, t1 = split64(step)
     thr = keep_threshold(p if training else 0.0)
     scale = x.dtype.type(dropout_scale(p, training))
-    return out, mask, (bias, s0, s1, t0, t1, thr, scale)
+    return out, mask, (bias, s0, s1, t0, t1, thr, scale, np.int64(row0))
 
 
 @numba.njit(parallel=True, cache=True)
-def _relu_dropout_cpu(x, out, mask, bias, s0, s1, t0, t1, thr, scale, relu):
+def _relu_dropout_cpu(x, out, mask, bias, s0, s1, t0, t1, thr, scale, row0, relu):
     for r in numba.prange(x.shape[0]):
         for w in range(mask.shape[1]):
-            mask[r, w] = _build_word_cpu(x, out, r, w, bias, s0, s1, t0, t1, thr, scale, relu)
+            mask[r, w] = _build_word_cpu(x, out, r, w, bias, s0, s1, t0, t1, thr, scale, row0, relu)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -162,8 +165,9 @@ def _relu_bias_cpu(x, out, mask, bias, scale):
             mask[r, w] = word
 
 
-def relu_dropout_cpu(x, p, seed=0, step=0, training=True, relu=True, bias=None, out=None, words_per_row=None):
-    out, mask, args = _launch_args(x, p, seed, step, training, bias, out, words_per_row)
+def relu_dropout_cpu(x, p, seed=0, step=0, training=True, relu=True, bias=None, out=None, words_per_row=None,
+                     row0=0):
+    out, mask, args = _launch_args(x, p, seed, step, training, bias, out, words_per_row, row0)
     bias, thr, scale = args[0], args[5], args[6]
     if relu and not thr:  # ReLU alone, the MLPs' usual case: 5x faster than building words element by element
         _relu_bias_cpu(x, out, mask, bias, scale)
@@ -173,30 +177,32 @@ def relu_dropout_cpu(x, p, seed=0, step=0, training=True, relu=True, bias=None, 
 
 
 @cuda.jit
-def _relu_dropout_kernel(x, out, mask, bias, s0, s1, t0, t1, thr, scale, relu):
+def _relu_dropout_kernel(x, out, mask, bias, s0, s1, t0, t1, thr, scale, row0, relu):
     k = cuda.grid(1)
     words = mask.shape[1]
     if k < x.shape[0] * words:
         r = k // words
         w = k - r * words
-        mask[r, w] = _build_word_device(x, out, r, w, bias, s0, s1, t0, t1, thr, scale, relu)
+        mask[r, w] = _build_word_device(x, out, r, w, bias, s0, s1, t0, t1, thr, scale, row0, relu)
 
 
-def relu_dropout_cuda(x, p, seed=0, step=0, training=True, relu=True, bias=None, out=None, words_per_row=None):
-    out, mask, args = _launch_args(x, p, seed, step, training, bias, out, words_per_row)
+def relu_dropout_cuda(x, p, seed=0, step=0, training=True, relu=True, bias=None, out=None, words_per_row=None,
+                      row0=0):
+    out, mask, args = _launch_args(x, p, seed, step, training, bias, out, words_per_row, row0)
     n = mask.size
     _relu_dropout_kernel[blocks_for(n), 256, stream_for(x)](x, out, mask, *args, relu)
     return out, mask
 
 
-def relu_dropout(x, p, seed=0, step=0, training=True, relu=True, bias=None, out=None, words_per_row=None):
+def relu_dropout(x, p, seed=0, step=0, training=True, relu=True, bias=None, out=None, words_per_row=None, row0=0):
     """``(y, mask)``, ``y = relu(x + bias) * keep / (1 - p)`` for a 2-D x: CUDA for CuPy arrays, numba for NumPy.
 
     seed, step: the Philox key and the step counter of the draw. out: where to write y (may be x itself).
-    words_per_row: the mask's row stride in uint32 words; at least ceil(cols / 32).
+    words_per_row: the mask's row stride in uint32 words; at least ceil(cols / 32). row0: the index of x's first
+    row in the whole batch; a row draws by that index, so ranks that each hold a slice draw one process's masks.
     """
     run = relu_dropout_cuda if is_device_array(x) else relu_dropout_cpu
-    return run(x, p, seed, step, training, relu, bias, out, words_per_row)
+    return run(x, p, seed, step, training, relu, bias, out, words_per_row, row0)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -253,14 +259,15 @@ def relu_dropout_backward(gy, mask, scale):
 class ReLUDropout(Function):
     """``relu(x) * keep / (1 - p)`` with the mask kept as bits for the backward.
 
-    seed, step: the Philox key and step of the draw; the caller advances step once per training step.
+    seed, step: the Philox key and step of the draw; the caller advances step once per training step. row0: the
+    index of x's first row in the whole batch.
     """
 
-    def __init__(self, p, seed=0, step=0, training=True, relu=True):
-        self.p, self.seed, self.step, self.training, self.relu = p, seed, step, training, relu
+    def __init__(self, p, seed=0, step=0, training=True, relu=True, row0=0):
+        self.p, self.seed, self.step, self.training, self.relu, self.row0 = p, seed, step, training, relu, row0
 
     def forward(self, x):
-        y, self.mask = relu_dropout(x, self.p, self.seed, self.step, self.training, self.relu)
+        y, self.mask = relu_dropout(x, self.p, self.seed, self.step, self.training, self.relu, row0=self.row0)
         return y
 
     def backward(self, gy):

@@ -21,7 +21,10 @@ class Dropout(Module):
 
     def forward(self, x):
         shape = x.shape
-        y = ReLUDropout(self.p, self.seed, self.step, self.training, relu=False).apply(x.reshape(-1, shape[-1]))
+        # rows past the first axis flatten into it: a sample's row index is row0 times that stride plus its own
+        stride = int(np.prod(shape[1:-1], dtype=np.int64))
+        y = ReLUDropout(self.p, self.seed, self.step, self.training, relu=False,
+                        row0=self.row0 * stride).apply(x.reshape(-1, shape[-1]))
         if self.training:
             self.step += 1
         return y.reshape(shape)

@@ -37,7 +37,7 @@ class MLP(Module):
 
     def forward(self, x):
         params = [t for layer in self.layers for t in (layer.weight, layer.bias)]
-        y = FusedMLP(self.fused_layers, self.step, self.training, self.precision).apply(x, *params)
+        y = FusedMLP(self.fused_layers, self.step, self.training, self.precision, self.row0).apply(x, *params)
         if self.training:
             self.step += 1
         return sigmoid(y) if self.last_activation == "sigmoid" else y

@@ -22,6 +22,7 @@ class Module:
 
     training = True
     precision = "fp32"  # what the fused layers compute in: see set_precision
+    row0 = 0  # the index of this rank's first row in the global batch, which dropout draws by: see set_row0
     extra_state_names = ()  # attributes that a resume needs but that are not parameters, e.g. ("step",)
 
     def forward(self, *args, **kwargs):
@@ -80,6 +81,17 @@ class Module:
             raise ValueError(f"set_precision: {precision!r}; use one of {', '.join(PRECISIONS)}")
         for m in self.modules():
             m.precision = precision
+        return self
+
+    def set_row0(self, row0):
+        """The index in the global batch of the first row this module and those below it see; returns self.
+
+        Dropout draws each element by its row's index, so W ranks that each train a slice of the global batch,
+        told where their slice starts, draw the masks one process draws on the whole batch."""
+        if isinstance(row0, bool) or not isinstance(row0, (int, np.integer)) or row0 < 0:
+            raise ValueError(f"set_row0: {row0!r}; use an int >= 0, the index of the first row in the global batch")
+        for m in self.modules():
+            m.row0 = int(row0)
         return self
 
     def zero_grad(self):

@@ -81,6 +81,9 @@ class Cluster:
         except ValueError as e:  # the planner's PlanError says what to change
             raise ConfigError(f"--sharding {self.sharding}: {e}") from None
         self.plan = collections_of(model, ShardedEmbeddingCollection)[0][1].plan
+        # dropout draws by a row's index in the global batch: with this rank's offset, the ranks together draw the
+        # masks one process draws (the training loader drops short batches, so every batch splits at these rows)
+        model.set_row0(self.rank * batch_size // self.world_size)
         return model
 
     def batches(self, loader):

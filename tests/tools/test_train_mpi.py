@@ -53,9 +53,12 @@ def test_int8_comms_train_on_two_ranks_and_report_the_bytes_per_step():
     assert sent["a2a_fwd"] > 0 and sent["a2a_bwd"] > 0 and sent["allreduce"] > 0, last
 
 
-@pytest.mark.parametrize("sharding", ["table", "row", "column"])
-def test_two_ranks_with_fp32_comms_train_and_evaluate_like_one_process(sharding, tmp_path):
-    args = ["--steps", "4", "--log-every", "1", "--eval-every", "2", *SHORT]
+@pytest.mark.parametrize("sharding, extra", [("table", []), ("row", []), ("column", []),
+                                             ("row", ["--model-arg", "dropout=0.3"])],
+                         ids=["table", "row", "column", "row-dropout"])
+def test_two_ranks_with_fp32_comms_train_and_evaluate_like_one_process(sharding, extra, tmp_path):
+    # with dropout, each rank draws its slice's masks by their rows' index in the global batch (Module.set_row0)
+    args = ["--steps", "4", "--log-every", "1", "--eval-every", "2", *SHORT, *extra]
     summary(launch(1, *args, "--metrics-out", tmp_path / "one.jsonl"))
     summary(launch(2, *args, "--sharding", sharding, "--metrics-out", tmp_path / "two.jsonl"))
     one, two = (tmp_path / "one.jsonl"), (tmp_path / "two.jsonl")

@@ -21,10 +21,10 @@ def seen(monkeypatch):
     calls = []
 
     def record(name, ref):
-        def run(*args):
+        def run(*args, **kw):
             *args, compute = args
             calls.append((name, args[0].dtype.name, compute))
-            return ref(*args)
+            return ref(*args, **kw)
         return run
 
     monkeypatch.setattr(mlp, "is_device_array", lambda a: True)

@@ -25,6 +25,19 @@ def test_cpu_matches_reference(rng, shape, p):
     np.testing.assert_array_equal(y, y_ref)
 
 
+@pytest.mark.parametrize("relu", [True, False])
+def test_a_slice_told_its_first_row_draws_the_whole_batchs_masks(rng, relu):
+    # ranks each training a slice of the global batch draw, with row0, what one process draws on all of it
+    x = _x(rng, (12, 45))
+    y, mask = relu_dropout_cpu(x, 0.4, seed=3, step=9, relu=relu)
+    for start, stop in [(0, 5), (5, 12), (7, 8)]:
+        y_part, mask_part = relu_dropout_cpu(x[start:stop], 0.4, seed=3, step=9, relu=relu, row0=start)
+        np.testing.assert_array_equal(y_part, y[start:stop])
+        np.testing.assert_array_equal(mask_part, mask[start:stop])
+        np.testing.assert_array_equal(mask_part, relu_dropout_ref(x[start:stop], 0.4, 3, 9, relu=relu, row0=start)[1])
+    assert not np.array_equal(relu_dropout_cpu(x[5:], 0.4, seed=3, step=9)[1], mask[5:])  # row0 matters
+
+
 @pytest.mark.parametrize("shape", [(5, 70), (2, 128)])
 def test_bias_plain_dropout_and_padded_rows_match_reference(rng, shape):
     x, bias = _x(rng, shape), _x(rng, shape[1:])
@@ -139,7 +152,8 @@ def test_bad_arguments_are_refused(rng):
 @pytest.mark.parametrize("shape", [(1, 1), (3, 33), (2, 70)])
 def test_cuda_kernels_match_reference(rng, shape):
     x, gy, bias = _x(rng, shape), _x(rng, shape), _x(rng, shape[1:])
-    for kw in (dict(p=0.3, seed=5, step=2), dict(p=0.0), dict(p=0.4, relu=False, bias=bias, words_per_row=4)):
+    for kw in (dict(p=0.3, seed=5, step=2), dict(p=0.0), dict(p=0.4, relu=False, bias=bias, words_per_row=4),
+               dict(p=0.3, seed=5, step=2, row0=7)):
         y, mask = relu_dropout_cuda(x, **kw)
         y_ref, mask_ref = relu_dropout_ref(x, **kw)
         np.testing.assert_array_equal(mask, mask_ref)
