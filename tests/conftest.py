@@ -5,9 +5,16 @@
 - ``@pytest.mark.gpu``: needs a real CUDA GPU; skipped visibly where there is none.
 - ``@pytest.mark.cudasim``: runs numba.cuda kernels, either in numba's simulator (``NUMBA_ENABLE_CUDASIM=1``
   set before numba is imported: the second pytest pass of .ci/run) or on a real GPU. Skipped otherwise.
+- ``mpi_run``: runs a script on n ranks under a real ``mpiexec`` on the CPU; skipped, with the reason, where
+  mpi4py or mpiexec is missing.
 """
+import importlib.util
 import os
+import shutil
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import numpy
 import pytest
@@ -42,3 +49,27 @@ def xp(request):
 def rng(request):
     """A NumPy generator seeded from the test's name: fresh random data per test, the same on every run."""
     return numpy.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+# pip's mpich wheel puts mpiexec beside the venv's python, which need not be on PATH
+MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def mpi_run():
+    """``run(n, script, *args, timeout_s=120, **env)``: ``python script args`` on ``n`` ranks under ``mpiexec``
+    (``n = 1``: plain python, no launcher), in the repo root, on the CPU, one thread per rank, with ``env`` on top
+    of this process's environment less any launcher's variables; returns the finished process."""
+    if importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("the mpi backend needs mpi4py: pip install -e '.[mpi]'")
+    if MPIEXEC is None:
+        pytest.skip("no mpiexec beside python or on PATH: pip install mpich")
+
+    def run(n, script, *args, timeout_s=120, **env):
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_"))}
+        environ.update(GPUEMB_DEVICE="cpu", NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", **env)
+        command = [sys.executable, str(script), *map(str, args)]
+        return subprocess.run(([MPIEXEC, "-n", str(n)] if n > 1 else []) + command, capture_output=True,
+                              text=True, timeout=timeout_s, env=environ, cwd=ROOT)
+    return run

@@ -2,32 +2,20 @@
 losses and eval metrics with fp32 all-to-alls, int8 within 0.002 AUC of fp32, checkpoints that resume in another
 world size, and bad launches refused with one line per rank."""
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("mpi4py", reason="the mpi backend needs mpi4py: pip install -e '.[mpi]'")
-ROOT = Path(__file__).resolve().parents[2]
-TRAIN = ROOT / "tools" / "train.py"
-# pip's mpich wheel puts mpiexec beside the venv's python, which need not be on PATH
-MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec beside python or on PATH: pip install mpich")]
+TRAIN = Path(__file__).resolve().parents[2] / "tools" / "train.py"
+pytestmark = pytest.mark.slow
 SHORT = ["--batch-size", "256", "--eval-rows", "2000", "--no-progress", "--tables", "per-feature"]
 
 
-def launch(n, *args):
-    """tools/train.py on ``n`` ranks (``n = 1``: plain python, no launcher); the finished process."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_"))}
-    env.update(GPUEMB_DEVICE="cpu", NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", GPUEMB_COMM_TIMEOUT="60")
-    command = [sys.executable, str(TRAIN), *map(str, args)]
-    return subprocess.run(([MPIEXEC, "-n", str(n)] if n > 1 else []) + command, capture_output=True, text=True,
-                          timeout=300, env=env, cwd=ROOT)
+@pytest.fixture
+def launch(mpi_run):
+    """``launch(n, *args)``: tools/train.py on ``n`` ranks (``n = 1``: plain python, no launcher), finished."""
+    return lambda n, *args: mpi_run(n, TRAIN, *args, timeout_s=300, GPUEMB_COMM_TIMEOUT="60")
 
 
 def summary(out):
@@ -43,7 +31,7 @@ def records(path, kind):
     return [r for r in map(json.loads, Path(path).read_text().splitlines()) if r["kind"] == kind]
 
 
-def test_int8_comms_train_on_two_ranks_and_report_the_bytes_per_step():
+def test_int8_comms_train_on_two_ranks_and_report_the_bytes_per_step(launch):
     out = launch(2, "--comm-codec", "int8", "--steps", "3", *SHORT)
     auc, log_loss, last = summary(out)
     assert 0 < auc < 1 and 0 < log_loss < 5
@@ -56,7 +44,7 @@ def test_int8_comms_train_on_two_ranks_and_report_the_bytes_per_step():
 @pytest.mark.parametrize("sharding, extra", [("table", []), ("row", []), ("column", []),
                                              ("row", ["--model-arg", "dropout=0.3"])],
                          ids=["table", "row", "column", "row-dropout"])
-def test_two_ranks_with_fp32_comms_train_and_evaluate_like_one_process(sharding, extra, tmp_path):
+def test_two_ranks_with_fp32_comms_train_and_evaluate_like_one_process(sharding, extra, tmp_path, launch):
     # with dropout, each rank draws its slice's masks by their rows' index in the global batch (Module.set_row0)
     args = ["--steps", "4", "--log-every", "1", "--eval-every", "2", *SHORT, *extra]
     summary(launch(1, *args, "--metrics-out", tmp_path / "one.jsonl"))
@@ -73,7 +61,7 @@ def test_two_ranks_with_fp32_comms_train_and_evaluate_like_one_process(sharding,
     assert records(two, "train")[-1]["comm_bytes_per_step"]["a2a_fwd"] > 0
 
 
-def test_int8_comms_end_within_0_002_auc_of_fp32(tmp_path):
+def test_int8_comms_end_within_0_002_auc_of_fp32(tmp_path, launch):
     args = ["--steps", "120", "--batch-size", "1024", "--eval-rows", "20000", "--no-progress", "--eval-every",
             "120", "--sharding", "row"]
     fp32, _, _ = summary(launch(2, *args, "--comm-codec", "fp32"))
@@ -84,7 +72,7 @@ def test_int8_comms_end_within_0_002_auc_of_fp32(tmp_path):
 
 
 @pytest.mark.parametrize("saved, resumed", [(2, 1), (1, 2)])
-def test_a_checkpoint_of_n_ranks_resumes_in_m_and_continues_as_the_run_would(saved, resumed, tmp_path):
+def test_a_checkpoint_of_n_ranks_resumes_in_m_and_continues_as_the_run_would(saved, resumed, tmp_path, launch):
     args = [*SHORT, "--checkpoint-dir", tmp_path / "ckpt"]
     summary(launch(saved, "--steps", "3", "--sharding", "column", *args))
     shards = sorted(p.name for p in (tmp_path / "ckpt" / "step-000000003").iterdir())
@@ -100,14 +88,14 @@ def test_a_checkpoint_of_n_ranks_resumes_in_m_and_continues_as_the_run_would(sav
     (["--comm-backend", "local"], "backend='local' in a job of 2 ranks"),
     (["--batch-size", "255"], "--batch-size: 255 samples do not split evenly over 2 ranks"),
 ])
-def test_a_bad_launch_exits_2_with_one_line_per_rank(flags, says):
+def test_a_bad_launch_exits_2_with_one_line_per_rank(flags, says, launch):
     out = launch(2, "--steps", "2", *SHORT, *flags)
     assert out.returncode == 2, out.stdout + out.stderr
     # one line from each rank; counted, not split into lines: two ranks' writes may interleave in the relay
     assert out.stderr.count(says) == 2 and out.stderr.count("\n") <= 2, out.stderr
 
 
-def test_an_error_on_one_rank_ends_every_rank_at_once():
+def test_an_error_on_one_rank_ends_every_rank_at_once(launch):
     # the one table lives on rank 0, whose cache cannot hold a batch: rank 1, waiting in its all-to-all, must not
     # sit out the 60 s timeout
     out = launch(2, "--steps", "3", *SHORT, "--tables", "shared", "--store", "host", "--cache-rows", "100")

@@ -1,56 +1,49 @@
 """The mpi backend under a real ``mpiexec``: the worker scripts in workers/ check every collective against a NumPy
 reference on 2 and 3 ranks, and a rank that raises or hangs must end the whole job, non-zero, within the timeout."""
-import os
 import re
-import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("mpi4py", reason="the mpi backend needs mpi4py: pip install -e '.[mpi]'")
 WORKERS = Path(__file__).parent / "workers"
-# pip's mpich wheel puts mpiexec beside the venv's python, which need not be on PATH
-MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec beside python or on PATH: pip install mpich")]
+pytestmark = pytest.mark.slow
 
 
-def _mpiexec(n, script, *args, timeout_s=120, **env):
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_"))}
-    environ.update(GPUEMB_DEVICE="cpu", NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", **env)
-    start = time.monotonic()
-    done = subprocess.run([MPIEXEC, "-n", str(n), sys.executable, str(WORKERS / script), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout_s, env=environ)
-    return done.returncode, done.stdout + done.stderr, time.monotonic() - start
+@pytest.fixture
+def mpiexec(mpi_run):
+    """``(exit code, output, seconds)`` of ``workers/script`` on ``n`` ranks."""
+    def run(n, script, *args, timeout_s=120, **env):
+        start = time.monotonic()
+        done = mpi_run(n, WORKERS / script, *args, timeout_s=timeout_s, **env)
+        return done.returncode, done.stdout + done.stderr, time.monotonic() - start
+    return run
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_every_collective_matches_numpy_on_every_rank(n, rng):
-    rc, output, _ = _mpiexec(n, "collectives.py", rng.integers(1 << 30))
+def test_every_collective_matches_numpy_on_every_rank(n, rng, mpiexec):
+    rc, output, _ = mpiexec(n, "collectives.py", rng.integers(1 << 30))
     assert rc == 0, output
     # every rank reports; mpiexec may splice the lines of different ranks together
     assert sorted(map(int, re.findall(r"rank (\d+): ok", output))) == list(range(n)), output
 
 
-def test_a_rank_that_raises_ends_the_job_naming_it():
-    rc, output, seconds = _mpiexec(2, "fail.py", "raise", timeout_s=60, GPUEMB_COMM_TIMEOUT="30")
+def test_a_rank_that_raises_ends_the_job_naming_it(mpiexec):
+    rc, output, seconds = mpiexec(2, "fail.py", "raise", timeout_s=60, GPUEMB_COMM_TIMEOUT="30")
     assert rc != 0 and "passed" not in output, output
     assert "rank 1 of 2: uncaught RuntimeError: planted failure; aborting every rank" in output, output
     assert seconds < 30  # the excepthook aborts at once; the 30 s deadline must not be what ended it
 
 
-def test_a_rank_that_hangs_ends_the_job_within_the_timeout():
-    rc, output, seconds = _mpiexec(2, "fail.py", "hang", timeout_s=60, GPUEMB_COMM_TIMEOUT="3")
+def test_a_rank_that_hangs_ends_the_job_within_the_timeout(mpiexec):
+    rc, output, seconds = mpiexec(2, "fail.py", "hang", timeout_s=60, GPUEMB_COMM_TIMEOUT="3")
     assert rc != 0 and "passed" not in output, output
     assert "rank 0 of 2: allreduce did not complete within 3 s" in output, output
     assert seconds < 30  # rank 1 sleeps 120 s: only rank 0's deadline can end the job this early
 
 
-def test_a_rank_that_exits_before_init_ends_the_job_within_the_timeout():
-    rc, output, seconds = _mpiexec(2, "fail.py", "exit", timeout_s=60, GPUEMB_COMM_TIMEOUT="3")
+def test_a_rank_that_exits_before_init_ends_the_job_within_the_timeout(mpiexec):
+    rc, output, seconds = mpiexec(2, "fail.py", "exit", timeout_s=60, GPUEMB_COMM_TIMEOUT="3")
     assert rc != 0 and "passed" not in output, output
     assert "Timeout (0:00:03)!" in output and "in init" in output, output  # faulthandler's dump, through init
     assert seconds < 30

@@ -2,50 +2,43 @@
 batch, trains like one process on the whole batch (table-, row- and column-wise plans, each with a
 data-parallel table); int8 all-to-alls stay within the codec's bound; snapshots reshard between 1 and 2 ranks.
 The workers in workers/ check against the one-process reference they compute themselves."""
-import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("mpi4py", reason="the mpi backend needs mpi4py: pip install -e '.[mpi]'")
 WORKERS = Path(__file__).parent / "workers"
-# pip's mpich wheel puts mpiexec beside the venv's python, which need not be on PATH
-MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec beside python or on PATH: pip install mpich")]
+pytestmark = pytest.mark.slow
 
 
-def mpiexec(n, script, *args, timeout_s=120, **env):
-    """Run ``workers/script`` on ``n`` ranks; assert that it exits 0 with every rank saying "rank R: ok"."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_"))}
-    environ.update(GPUEMB_DEVICE="cpu", NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", GPUEMB_COMM_TIMEOUT="60", **env)
-    done = subprocess.run([MPIEXEC, "-n", str(n), sys.executable, str(WORKERS / script), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout_s, env=environ)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    # mpiexec may splice the lines of different ranks together
-    assert sorted(map(int, re.findall(r"rank (\d+): ok", output))) == list(range(n)), output
-    return output
+@pytest.fixture
+def mpiexec(mpi_run):
+    """``run(n, script, *args)``: ``workers/script`` on ``n`` ranks; asserts that it exits 0 with every rank saying
+    "rank R: ok"."""
+    def run(n, script, *args, timeout_s=120, **env):
+        done = mpi_run(n, WORKERS / script, *args, timeout_s=timeout_s, GPUEMB_COMM_TIMEOUT="60", **env)
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, output
+        # mpiexec may splice the lines of different ranks together
+        assert sorted(map(int, re.findall(r"rank (\d+): ok", output))) == list(range(n)), output
+        return output
+    return run
 
 
 @pytest.mark.parametrize("kind", ["table", "row", "column"])
-def test_two_ranks_train_like_one_process_on_the_global_batch(kind, rng):
+def test_two_ranks_train_like_one_process_on_the_global_batch(kind, rng, mpiexec):
     mpiexec(2, "equivalence.py", kind, rng.integers(1 << 30))
 
 
-def test_float16_rows_shard_by_columns_too(rng):
+def test_float16_rows_shard_by_columns_too(rng, mpiexec):
     mpiexec(2, "equivalence.py", "column", rng.integers(1 << 30), DIST_TEST_DTYPE="float16")
 
 
-def test_four_ranks_train_like_one_process_row_wise(rng):
+def test_four_ranks_train_like_one_process_row_wise(rng, mpiexec):
     mpiexec(4, "equivalence.py", "row", rng.integers(1 << 30))
 
 
-def test_int8_all_to_alls_stay_within_the_codec_bound_both_ways(rng):
+def test_int8_all_to_alls_stay_within_the_codec_bound_both_ways(rng, mpiexec):
     mpiexec(2, "int8.py", rng.integers(1 << 30))
 
 
@@ -53,7 +46,7 @@ def test_int8_all_to_alls_stay_within_the_codec_bound_both_ways(rng):
     ((2, "column,row,column,data"), (1, "table,table,row,data")),   # N=2 -> M=1: column shards joined
     ((1, "table,table,table,data"), (2, "row,column,column,data")),  # N=1 -> M=2: split by key and by column
 ])
-def test_a_snapshot_of_n_ranks_loads_into_m_resharded_by_key(saved, loaded, tmp_path, rng):
+def test_a_snapshot_of_n_ranks_loads_into_m_resharded_by_key(saved, loaded, tmp_path, rng, mpiexec):
     seed, prefix = rng.integers(1 << 30), tmp_path / "emb"
     mpiexec(saved[0], "snapshot.py", "save", saved[1], seed, prefix)
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"emb.rank{r}-of-{saved[0]}.h5" for r in range(saved[0])]
