@@ -15,7 +15,7 @@ from gpuemb.autograd import backend
 from gpuemb.io.errors import DataError
 from gpuemb.store.errors import StoreError
 
-from .config import FIELDS, GROUPS, TrainConfig, check_precision, flag
+from .config import FIELDS, GROUPS, TrainConfig, flag
 from .distributed import Cluster
 from .errors import ConfigError, TrainError
 from .run import Reporter, train
@@ -87,7 +87,6 @@ def check_startup(config):
     if config.device not in (None, "auto") and config.device != backend.DEVICE:
         raise ConfigError(f"--device: {config.device} was asked for, but gpuemb was imported on "
                           f"{backend.DEVICE}; set GPUEMB_DEVICE before importing it, or run tools/train.py")
-    check_precision(config.precision, backend.DEVICE)
     if config.plot:
         from .plot import require_matplotlib
         require_matplotlib()

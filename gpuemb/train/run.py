@@ -56,7 +56,7 @@ class Run:
     def __init__(self, config, data=None, cluster=None):
         # the model's recipe fills what the flags left unset, before anything (a resume's check included) reads it
         config = recipes.apply(config, uses_synthetic(config) if data is None else data.synthetic)
-        check_precision(config.precision, backend.DEVICE)  # before building anything, as tools/train.py does
+        check_precision(config.precision, backend.DEVICE)  # before building anything
         self.config, self.checkpoint, self.cluster = config, None, cluster
         if config.resume:
             folder = ckpt.resolve(config.checkpoint_dir if config.resume == "latest" else config.resume)
