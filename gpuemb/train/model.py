@@ -14,7 +14,6 @@ from gpuemb.optim import AdagradRule, AdamRule, FtrlRule, RowwiseAdagradRule, SG
 from gpuemb.store.collection import EmbeddingCollection
 from gpuemb.store.options import Initializer, StoreOptions, TableConfig
 
-from . import recipes
 from .errors import ConfigError
 
 EMBEDDING_DTYPES = {"fp32": "float32", "fp16": "float16"}  # --embedding-dtype: TableConfig.dtype
@@ -25,10 +24,9 @@ ROW_RULES = {"sgd": SGDRule, "adagrad": AdagradRule, "rowwise_adagrad": RowwiseA
 def table_configs(config, data, ssd_dir=None, lr=None):
     """One shared ``TableConfig`` or one per sparse feature; ssd tables keep their rows in ``ssd_dir``.
 
-    lr: the tables' configured lr, ``--embedding-lr`` unless given (a resume restores the saved one). Settings
-    the config leaves unset come from the model's recipe.
+    lr: the tables' configured lr, ``--embedding-lr`` unless given (a resume restores the saved one). ``config``
+    has its model's recipe applied (``recipes.apply``, as ``Run`` does first).
     """
-    config = recipes.apply(config, synthetic=False)
     def options(name):
         path = os.path.join(ssd_dir, f"{name}.h5") if config.store == "ssd" else None
         return StoreOptions(config.store, config.cache_rows, config.host_cache_rows, ssd_path=path)
