@@ -136,6 +136,14 @@ def new_stream(non_blocking=True):
     return _cupy.cuda.Stream(non_blocking=non_blocking)
 
 
+def current_device():
+    """The calling thread's GPU, as a context that makes it current in another thread (the CUDA runtime's current
+    device is per thread: a new thread starts on GPU 0); a no-op context on the CPU."""
+    if _cupy is None:
+        return _NullStream()
+    return _cupy.cuda.Device()
+
+
 def current_stream():
     if _cupy is None:
         return _NullStream()

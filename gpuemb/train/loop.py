@@ -166,7 +166,7 @@ class Pipeline:
         self.collections = [m for m in trainer.model.modules() if isinstance(m, EmbeddingCollection)]
         self._it = self._ahead = self._job = self._state = None  # _state: after the last batch trained
         self._worker = ThreadPoolExecutor(1, "gpuemb-prefetch") if overlap and self.collections else None
-        self._stream = backend.new_stream()
+        self._device, self._stream = backend.current_device(), backend.new_stream()  # the rank's GPU, for the worker
         self.prefetched = self.skipped = 0  # table prefetches made, and skipped for want of room
 
     def __enter__(self):
@@ -212,14 +212,15 @@ class Pipeline:
         return submit
 
     def _prefetch(self, sparse):
-        # Step i's lookups were queued on the main stream; on a GPU, wait for them before moving rows beside them.
-        backend.synchronize()
-        with self._stream:
+        # The worker thread starts on GPU 0: it takes this rank's. Step i's lookups were queued on the main stream;
+        # on a GPU, wait for them before moving rows beside them.
+        with self._device, self._stream:
+            backend.synchronize()
             for collection in self.collections:
                 for table, keys in collection.table_keys(sparse):
                     done = table.prefetch(keys, if_room=True)
                     self.prefetched, self.skipped = self.prefetched + done, self.skipped + (not done)
-        self._stream.synchronize()
+            self._stream.synchronize()
 
     def _wait(self):
         """Wait for the prefetch in flight, raising its error here."""
