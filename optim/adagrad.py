@@ -12,7 +12,7 @@ from .rule import UpdateRule
 
 
 @dataclass(frozen=True)
-class AdagradRule(UpdateRule):
+class AdagradRule(UpdateRule, name="adagrad"):
     """The Adagrad update of one parameter (or of rows); see the module docstring."""
 
     initial_accumulator_value: float = 0.0
@@ -25,6 +25,9 @@ class AdagradRule(UpdateRule):
         self.check_real("eps")
         self.check_real("weight_decay")
 
+    def fused_args(self):
+        return "adagrad", (self.eps,)
+
     def init_state(self, param):
         return {"sum": get_array_module(param).full_like(param, self.initial_accumulator_value)}
 
@@ -36,7 +39,7 @@ class AdagradRule(UpdateRule):
         param -= lr * g / (xp.sqrt(acc) + self.eps)
 
 
-class Adagrad(Optimizer):
+class Adagrad(Optimizer, name="adagrad"):
     """Adagrad; ``lr`` is a float or a Schedule."""
 
     def __init__(self, params, lr=1e-2, initial_accumulator_value=0.0, eps=1e-10, weight_decay=0.0):

@@ -14,7 +14,7 @@ from .rule import UpdateRule
 
 
 @dataclass(frozen=True)
-class AdamRule(UpdateRule):
+class AdamRule(UpdateRule, name="adam"):
     """The Adam update of one parameter (or of rows); ``decoupled=True`` makes it AdamW."""
 
     betas: tuple = (0.9, 0.999)
@@ -32,6 +32,9 @@ class AdamRule(UpdateRule):
         self.check_real("eps")
         self.check_real("weight_decay")
 
+    def fused_args(self):
+        return "adam", (*self.betas, self.eps, self.decoupled)
+
     def update(self, param, grad, state, lr, step):
         xp = get_array_module(param)
         b1, b2 = self.betas
@@ -47,14 +50,14 @@ class AdamRule(UpdateRule):
         param -= lr / (1 - b1 ** step) * m / denom
 
 
-class Adam(Optimizer):
+class Adam(Optimizer, name="adam"):
     """Adam with L2 weight decay added to the gradient; ``lr`` is a float or a Schedule."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
         super().__init__(params, AdamRule(tuple(betas), eps, weight_decay), lr)
 
 
-class AdamW(Optimizer):
+class AdamW(Optimizer, name="adamw"):
     """Adam with decoupled weight decay (``w -= lr·weight_decay·w``); ``lr`` is a float or a Schedule."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):

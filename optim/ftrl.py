@@ -16,7 +16,7 @@ from .rule import UpdateRule
 
 
 @dataclass(frozen=True)
-class FtrlRule(UpdateRule):
+class FtrlRule(UpdateRule, name="ftrl"):
     """The FTRL-Proximal update of one parameter (or of rows); see the module docstring."""
 
     l1: float = 0.0
@@ -32,6 +32,9 @@ class FtrlRule(UpdateRule):
         self.check_real("beta", above_low=True)  # keeps the denominator positive on a coordinate with n = 0
         self.check_real("lr_power", low=-math.inf, high=0.0)
         self.check_real("weight_decay")
+
+    def fused_args(self):
+        return "ftrl", (self.l1, self.l2, self.beta, -self.lr_power)
 
     def update(self, param, grad, state, lr, step):
         xp = get_array_module(param)

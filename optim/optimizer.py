@@ -9,6 +9,8 @@ import numbers
 from gpuemb.autograd import Tensor
 from gpuemb.autograd.backend import get_array_module, to_host
 
+from gpuemb.autograd.registry import Registry
+
 from .config import check
 from .schedules import ConstantLR, Schedule
 
@@ -31,8 +33,17 @@ def named_parameters(params, owner):
     return named
 
 
+OPTIMIZERS = Registry("optimizer")
+
+
 class Optimizer:
-    """Updates every parameter that has a ``.grad`` with ``rule``, at ``lr``: a float or a Schedule."""
+    """Updates every parameter that has a ``.grad`` with ``rule``, at ``lr``: a float or a Schedule. A subclass
+    made with ``name=`` is in ``OPTIMIZERS``, the dense optimizers a run config may name."""
+
+    def __init_subclass__(cls, name=None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if name is not None:
+            OPTIMIZERS.add(name, cls)
 
     def __init__(self, params, rule, lr):
         owner = type(self).__name__

@@ -17,7 +17,7 @@ import numpy as np
 
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
-from .rowwise_kernels import apply_rows_cpu, apply_rows_cuda
+from .rowwise_kernels import apply_rows_cpu, apply_rows_cuda, has_kernel
 
 
 def row_layout(rule, D):
@@ -84,5 +84,18 @@ def apply_rows(storage, steps, slots, grads, rule, lr):
     ``needs_step``; when given it is bumped whatever the rule. The CUDA kernel for CuPy arrays, numba for NumPy.
     """
     _check(storage, steps, slots, grads, rule)
+    if not has_kernel(rule):
+        raise TypeError(f"apply_rows: {type(rule).__name__} has no fused row kernel (its class defines no "
+                        "fused_args); use update_rows, which runs the reference for it")
     impl = apply_rows_cuda if is_device_array(storage) else apply_rows_cpu
     impl(storage, steps, slots, grads, rule, lr)
+
+
+def update_rows(storage, steps, slots, grads, rule, lr):
+    """The row update of any rule: ``apply_rows`` where the rule has a fused kernel, else its reference (a rule
+    registered without one trains all the same, at the reference's speed)."""
+    if has_kernel(rule):
+        apply_rows(storage, steps, slots, grads, rule, lr)
+    else:
+        _check(storage, steps, slots, grads, rule)
+        apply_rows_ref(storage, steps, slots, grads, rule, lr)

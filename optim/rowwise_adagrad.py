@@ -12,8 +12,11 @@ from .adagrad import AdagradRule
 
 
 @dataclass(frozen=True)
-class RowwiseAdagradRule(AdagradRule):
+class RowwiseAdagradRule(AdagradRule, name="rowwise_adagrad"):
     """The row-wise Adagrad update of rows ``[..., D]`` (Adagrad's settings); see the module docstring."""
+
+    def fused_args(self):
+        return "rowwise_adagrad", (self.eps,)
 
     def init_state(self, param):
         xp = get_array_module(param)

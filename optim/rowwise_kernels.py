@@ -23,31 +23,25 @@ from numba import cuda
 from gpuemb.autograd import backend
 from gpuemb.autograd.launch import blocks_for, stream_for
 
-from .adagrad import AdagradRule
-from .adam import AdamRule
-from .ftrl import FtrlRule
-from .rowwise_adagrad import RowwiseAdagradRule
-from .sgd import SGDRule
-
 SGD, MOMENTUM, ADAGRAD, ROWWISE_ADAGRAD, ADAM, FTRL = range(6)
+KERNELS = {"sgd": SGD, "momentum": MOMENTUM, "adagrad": ADAGRAD, "rowwise_adagrad": ROWWISE_ADAGRAD, "adam": ADAM,
+           "ftrl": FTRL}  # the math these kernels know, by the name a rule's fused_args gives
 THREADS = 256
 
 
 def kernel_args(rule):
-    """``(code, h)``: the kernels' rule code and hyperparameters, float64 ``[5]`` with ``h[0]`` the weight decay."""
-    kind = type(rule)  # exact types: a subclass may change the math, which these kernels would not follow
-    if kind is SGDRule:
-        code, h = (MOMENTUM, (rule.momentum, rule.nesterov)) if rule.momentum else (SGD, ())
-    elif kind in (AdagradRule, RowwiseAdagradRule):
-        code, h = ADAGRAD if kind is AdagradRule else ROWWISE_ADAGRAD, (rule.eps,)
-    elif kind is AdamRule:
-        code, h = ADAM, (*rule.betas, rule.eps, rule.decoupled)
-    elif kind is FtrlRule:
-        code, h = FTRL, (rule.l1, rule.l2, rule.beta, -rule.lr_power)
-    else:
-        raise TypeError(f"apply_rows: {kind.__name__} has no fused row kernel; use SGDRule, AdagradRule, "
-                        "RowwiseAdagradRule, AdamRule or FtrlRule, or apply_rows_ref for another rule")
-    return code, np.array([rule.weight_decay, *h] + [0.0] * (4 - len(h)), dtype=np.float64)
+    """``(code, h)``: the kernels' rule code and hyperparameters, float64 ``[5]`` with ``h[0]`` the weight decay;
+    None for a rule without a fused kernel (one whose own class does not define ``fused_args``)."""
+    args = rule.fused_args() if "fused_args" in vars(type(rule)) else None
+    if args is None:
+        return None
+    name, h = args
+    return KERNELS[name], np.array([rule.weight_decay, *h] + [0.0] * (4 - len(h)), dtype=np.float64)
+
+
+def has_kernel(rule):
+    """Whether ``rule``'s row update runs in the fused kernels."""
+    return kernel_args(rule) is not None
 
 
 def _begin_row(rows, steps, has_steps, r, grads, i, kind, h):

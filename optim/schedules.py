@@ -3,15 +3,37 @@
 ``schedule(step)`` is the learning rate of the update taken after ``step`` earlier optimizer steps (0 for the
 first update). A schedule holds no counter: the optimizer owns the step count and saves it, so a schedule's
 ``state_dict()`` is its settings and ``load_state_dict()`` checks them (see :mod:`gpuemb.optim.config`).
+
+``SCHEDULES`` holds the schedules a run config may name (``class MySchedule(Schedule, name="mine")`` adds one);
+each says which run settings it takes (``run_settings``) and how it is made for a run of ``total_steps``
+(``for_run``), so the run config checks and builds any of them without a list of its own.
 """
 import math
 from dataclasses import dataclass
 
+from gpuemb.autograd.registry import Registry
+
 from .config import Settings, check
+
+SCHEDULES = Registry("schedule")
 
 
 class Schedule(Settings):
     """Base of the schedules: frozen settings plus ``__call__(step) -> lr``."""
+
+    run_settings = ()  # the run config's settings this schedule takes (``tools/train.py --warmup-steps`` ...)
+    required_settings = ()  # those of them a run must give
+
+    def __init_subclass__(cls, name=None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if name is not None:
+            SCHEDULES.add(name, cls)
+
+    @classmethod
+    def for_run(cls, lr, total_steps, **settings):
+        """The schedule of a run of ``total_steps`` at peak ``lr``, from the ``run_settings`` it was given (None:
+        the schedule's default for such a run)."""
+        raise NotImplementedError(f"{cls.__name__} has no for_run")
 
     def __call__(self, step):
         raise NotImplementedError(f"{type(self).__name__} has no __call__")
@@ -37,10 +59,14 @@ class WarmupSchedule(Schedule):
 
 
 @dataclass(frozen=True)
-class ConstantLR(Schedule):
+class ConstantLR(Schedule, name="constant"):
     """The same ``lr`` at every step."""
 
     lr: float
+
+    @classmethod
+    def for_run(cls, lr, total_steps):
+        return cls(lr)
 
     def validate(self):
         self.check_real("lr")
@@ -50,7 +76,7 @@ class ConstantLR(Schedule):
 
 
 @dataclass(frozen=True)
-class WarmupPolyDecayLR(WarmupSchedule):
+class WarmupPolyDecayLR(WarmupSchedule, name="warmup_poly"):
     """The DLRM MLPerf schedule: linear warmup to ``base_lr``, hold until ``decay_start``, then polynomial decay.
 
     The decay is ``end_lr + (base_lr - end_lr)·(1 - (step - decay_start)/decay_steps)**power``; it reaches
@@ -64,6 +90,14 @@ class WarmupPolyDecayLR(WarmupSchedule):
     power: float = 2.0
     end_lr: float = 0.0
     warmup_start_factor: float = 0.0
+    run_settings = ("warmup_steps", "decay_start", "decay_steps", "end_lr")
+
+    @classmethod
+    def for_run(cls, lr, total_steps, warmup_steps=None, decay_start=None, decay_steps=None, end_lr=None):
+        """Warmup (default none), then the decay from the end of warmup (or ``decay_start``) to the last step."""
+        warmup = warmup_steps or 0
+        start = warmup if decay_start is None else decay_start
+        return cls(lr, warmup, start, decay_steps or max(total_steps - start, 0), end_lr=end_lr or 0.0)
 
     def validate(self):
         super().validate()
@@ -82,7 +116,7 @@ class WarmupPolyDecayLR(WarmupSchedule):
 
 
 @dataclass(frozen=True)
-class CosineLR(WarmupSchedule):
+class CosineLR(WarmupSchedule, name="cosine"):
     """Optional linear warmup, then a half cosine from ``base_lr`` down to ``min_lr`` at ``total_steps``."""
 
     base_lr: float
@@ -90,6 +124,15 @@ class CosineLR(WarmupSchedule):
     warmup_steps: int = 0
     min_lr: float = 0.0
     warmup_start_factor: float = 0.0
+    run_settings = ("warmup_steps", "decay_steps", "end_lr")
+
+    @classmethod
+    def for_run(cls, lr, total_steps, warmup_steps=None, decay_steps=None, end_lr=None):
+        """Warmup (default none), then the half cosine to ``end_lr`` over ``decay_steps`` (default: to the last
+        step)."""
+        warmup = warmup_steps or 0
+        total = warmup + decay_steps if decay_steps else max(total_steps, warmup + 1)
+        return cls(lr, total, warmup, min(end_lr or 0.0, lr))
 
     def validate(self):
         super().validate()
@@ -102,12 +145,18 @@ class CosineLR(WarmupSchedule):
 
 
 @dataclass(frozen=True)
-class StepLR(Schedule):
+class StepLR(Schedule, name="step"):
     """``base_lr`` multiplied by ``gamma`` every ``step_size`` steps."""
 
     base_lr: float
     step_size: int
     gamma: float = 0.1
+    run_settings = ("step_size", "gamma")
+    required_settings = ("step_size",)
+
+    @classmethod
+    def for_run(cls, lr, total_steps, step_size=None, gamma=None):
+        return cls(lr, step_size, 0.1 if gamma is None else gamma)
 
     def validate(self):
         self.check_int("step_size", 1)
@@ -118,11 +167,9 @@ class StepLR(Schedule):
         return self.base_lr * self.gamma ** (step // self.step_size)
 
 
-SCHEDULES = {cls.__name__: cls for cls in (ConstantLR, WarmupPolyDecayLR, CosineLR, StepLR)}
-
-
 def schedule_from_state(state):
     """Rebuild a schedule from its ``state_dict()``: to resume with the saved schedule."""
     kind = state.get("type")
-    check(kind in SCHEDULES, "schedule_from_state", f"unknown schedule type {kind!r}; known: {', '.join(SCHEDULES)}")
-    return SCHEDULES[kind](**{k: v for k, v in state.items() if k != "type"})
+    by_type = {cls.__name__: cls for cls in SCHEDULES.values()}
+    check(kind in by_type, "schedule_from_state", f"unknown schedule type {kind!r}; known: {', '.join(by_type)}")
+    return by_type[kind](**{k: v for k, v in state.items() if k != "type"})

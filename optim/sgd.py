@@ -11,7 +11,7 @@ from .rule import UpdateRule
 
 
 @dataclass(frozen=True)
-class SGDRule(UpdateRule):
+class SGDRule(UpdateRule, name="sgd"):
     """The SGD update of one parameter (or of rows); see the module docstring."""
 
     momentum: float = 0.0
@@ -28,6 +28,9 @@ class SGDRule(UpdateRule):
         check(not self.nesterov or self.momentum > 0, type(self).__name__,
               "nesterov=True needs momentum > 0; set a momentum or turn nesterov off")
 
+    def fused_args(self):
+        return ("momentum", (self.momentum, self.nesterov)) if self.momentum else ("sgd", ())
+
     def update(self, param, grad, state, lr, step):
         g = self.decayed(param, grad)
         if self.momentum:
@@ -38,7 +41,7 @@ class SGDRule(UpdateRule):
         param -= lr * g
 
 
-class SGD(Optimizer):
+class SGD(Optimizer, name="sgd"):
     """Stochastic gradient descent; ``lr`` is a float or a Schedule."""
 
     def __init__(self, params, lr, momentum=0.0, nesterov=False, weight_decay=0.0):

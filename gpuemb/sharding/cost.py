@@ -96,7 +96,7 @@ def row_bytes(spec, cols=None):
 
     As the store keeps it (``store/row_format.py``): a float16 table's weights are float16 and its optimizer state
     float32, so its rows are not half of a float32 table's."""
-    rule = getattr(optim, spec.rule)()
+    rule = optim.rule_class(spec.rule, "row_bytes")()
     return RowFormat(rule, spec.dim if cols is None else cols, spec.dtype).row_bytes
 
 

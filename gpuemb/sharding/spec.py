@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuemb import optim
-from gpuemb.store.options import RULES
 
 POOLINGS = ("sum", "mean", None)
 SHARDINGS = ("auto", "table", "row", "column", "data")
@@ -61,8 +60,10 @@ class TableSpec:
             kind = None
         if kind != "f":
             fail(f"dtype={self.dtype!r}; use a float dtype such as float32 or float16")
-        if self.rule not in RULES:
-            fail(f"rule={self.rule!r}; use one of {', '.join(RULES)}")
+        try:
+            optim.rule_class(self.rule, "")
+        except ValueError:
+            fail(f"rule={self.rule!r}; use one of {', '.join(c.__name__ for c in optim.RULES.values())}")
         if self.sharding not in SHARDINGS:
             fail(f"sharding={self.sharding!r}; use one of {', '.join(SHARDINGS)}")
 
@@ -78,7 +79,7 @@ class TableSpec:
 
     def row_width(self, cols=None):
         """Elements of a stored row holding ``cols`` of the weights (all ``dim`` by default) and their state."""
-        return optim.row_width(getattr(optim, self.rule)(), self.dim if cols is None else cols)
+        return optim.row_width(optim.rule_class(self.rule, "TableSpec")(), self.dim if cols is None else cols)
 
     def to_dict(self):
         return dataclasses.asdict(self)

@@ -11,13 +11,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuemb import optim
-from gpuemb.optim.rule import UpdateRule
+from gpuemb.optim.rule import RULES, UpdateRule, rule_class
 
 INIT_KINDS = ("uniform", "normal", "truncated_normal", "zeros")
 PLACEMENTS = ("device", "host", "ssd")
 POLICIES = ("lru", "lfu")
 DTYPES = ("float32", "float16", "float64")
-RULES = ("SGDRule", "AdagradRule", "RowwiseAdagradRule", "AdamRule", "FtrlRule")
 
 
 def _fail(owner, message):
@@ -126,8 +125,9 @@ class TableConfig:
         _check_rows(owner, "dim", self.dim, 1)
         if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
             _fail(owner, f"dtype={self.dtype!r}; use one of {', '.join(DTYPES)} (float16 halves the stored weights)")
-        if type(self.rule).__name__ not in RULES:
-            _fail(owner, f"rule={type(self.rule).__name__}; use one of {', '.join(RULES)} (they have fused kernels)")
+        if not isinstance(self.rule, UpdateRule) or type(self.rule) not in RULES.values():
+            _fail(owner, f"rule={type(self.rule).__name__}; use a registered row rule, one of "
+                  f"{', '.join(c.__name__ for c in RULES.values())} (gpuemb.optim.RULES)")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr >= 0):
             _fail(owner, f"lr={self.lr!r}; use a finite number >= 0")
 
@@ -141,9 +141,7 @@ class TableConfig:
     def from_dict(cls, d):
         """The config that ``to_dict()`` described."""
         rule = dict(d["rule"])
-        kind = rule.pop("type")
-        if kind not in RULES:
-            _fail("TableConfig.from_dict", f"rule type {kind!r} is not one of {', '.join(RULES)}")
+        kind = rule_class(rule.pop("type"), "TableConfig.from_dict")
         return cls(name=d["name"], dim=int(d["dim"]), dtype=d["dtype"], lr=float(d["lr"]),
-                   initializer=Initializer(**d["initializer"]), rule=getattr(optim, kind)(**rule),
+                   initializer=Initializer(**d["initializer"]), rule=kind(**rule),
                    options=StoreOptions(**d["options"]))

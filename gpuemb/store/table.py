@@ -4,7 +4,7 @@ A lookup takes the batch's unique keys, makes sure their rows are in the top lev
 keys with rows from the initializer, or bringing them up through the caches), gathers their weights ``[U, D]``
 and runs ``EmbeddingBagFunction`` on them with each key's position among the unique keys as its slot. So the
 backward's deterministic sort-based sum hands ``(unique positions, summed_row_grads)`` to ``_update``, which reads
-those full rows, runs the fused ``apply_rows`` with the table's rule and lr, and writes them back. Nothing
+those full rows, runs the fused ``apply_rows`` (``update_rows``) with the table's rule and lr, and writes them back. Nothing
 table-sized is ever built, and the result does not depend on where the rows live: a tiered table trains bit for
 bit like a device one.
 
@@ -21,7 +21,7 @@ import numpy as np
 from gpuemb.autograd import Tensor, backend, is_grad_enabled
 from gpuemb.autograd.backend import to_host
 from gpuemb.kernels.embedding_bag import EmbeddingBagFunction, embedding_bag
-from gpuemb.optim import apply_rows
+from gpuemb.optim import update_rows
 
 from .cache import RowLevel
 from .init import initial_weights
@@ -145,7 +145,7 @@ class EmbeddingTable:
         rows = self.format.unpack(self.top.tier.read(s))  # float16 weights: updated in float32, rounded back
         xp = backend.get_array_module(rows)
         steps = xp.asarray(self.top.steps[s])
-        apply_rows(rows, steps, xp.arange(s.size), grads, self.rule, self.lr)
+        update_rows(rows, steps, xp.arange(s.size), grads, self.rule, self.lr)
         self.top.tier.write(s, self.format.pack(rows))
         self.top.steps[s] = to_host(steps)
         self.top.dirty[s] = True
