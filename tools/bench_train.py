@@ -110,7 +110,7 @@ def ours(config, data, warmup, steps, profile=None):
         after = [t.stats()["levels"][0] for t in run.tables.values()]
         hits = sum(a["hits"] - b["hits"] for a, b in zip(after, before))
         seen = hits + sum(a["misses"] - b["misses"] for a, b in zip(after, before))
-        return {"samples_per_s": steps * config.batch_size / seconds, "step_ms": 1e3 * seconds / steps,
+        return {"samples_per_s": steps * config.optimization.batch_size / seconds, "step_ms": 1e3 * seconds / steps,
                 "loss": float(np.mean(losses)), "hit_rate": hits / seen if seen else None,
                 "prefetched": run.pipeline.prefetched, "prefetch_skipped": run.pipeline.skipped}
     finally:

@@ -12,12 +12,9 @@ It prints rows per split, rows/s and the bad lines it skipped (the first few as 
 import argparse
 import sys
 
-from gpuemb.io.avazu import avazu_schema
-from gpuemb.io.census import census_schema
 from gpuemb.io.convert import ConvertOptions, convert
-from gpuemb.io.criteo import criteo_schema
-from gpuemb.io.csv_reader import csv_schema
 from gpuemb.io.errors import DataError
+from gpuemb.io.formats import FORMATS, schema_for
 from gpuemb.io.reader import ReadOptions
 from gpuemb.io.shards import WriteOptions
 from gpuemb.io.synthetic import PRESETS, write_synthetic
@@ -26,7 +23,7 @@ from gpuemb.io.synthetic import PRESETS, write_synthetic
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("format", choices=("criteo", "csv", "avazu", "census", "synthetic"))
+    ap.add_argument("format", choices=(*FORMATS, "synthetic"))
     ap.add_argument("inputs", nargs="*", help="input files (train, or all rows for a ratio split)")
     ap.add_argument("--out", required=True, help="output folder; shards go to OUT/<split>/part-*.h5")
     ap.add_argument("--val", nargs="+", default=[], help="files of the val split (split by file)")
@@ -54,14 +51,10 @@ def parse_args(argv):
 
 
 def schema_of(args):
-    if args.format == "criteo":
-        return criteo_schema()
-    if args.format == "avazu":
-        return avazu_schema()
-    if args.format == "census":
-        return census_schema()
-    return csv_schema(args.inputs[0], args.label, args.dense, args.categorical, args.kind,
-                      delimiter=args.delimiter)
+    if args.format != "csv":
+        return schema_for(args.format, args.inputs)
+    return schema_for("csv", args.inputs, label=args.label, dense=args.dense, categorical=args.categorical,
+                      kind=args.kind, delimiter=args.delimiter)
 
 
 def main(argv=None):

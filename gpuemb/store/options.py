@@ -17,6 +17,7 @@ INIT_KINDS = ("uniform", "normal", "truncated_normal", "zeros")
 PLACEMENTS = ("device", "host", "ssd")
 POLICIES = ("lru", "lfu")
 DTYPES = ("float32", "float16", "float64")
+SHORT_DTYPES = {"fp32": "float32", "fp16": "float16"}  # how a run names the stored dtypes it offers
 
 
 def _fail(owner, message):

@@ -1,6 +1,6 @@
 """gpuemb.train: training runs from a config: data, model, the loop, evaluation, metrics and checkpoints.
 
-``train(TrainConfig(...))`` runs one; ``tools/train.py`` is its command line (``gpuemb.train.cli``).
+``train(TrainConfig.of(...))`` runs one; ``tools/train.py`` is its command line (``gpuemb.train.cli``).
 """
 from .config import TrainConfig
 from .errors import CheckpointError, ConfigError, DivergedError, ResumeError, TrainError

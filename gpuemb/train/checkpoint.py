@@ -1,18 +1,22 @@
 """Checkpoints: everything a run needs to continue bit for bit, written atomically, checked before it is loaded.
 
-A checkpoint is a folder ``<checkpoint-dir>/step-<N>`` of three files:
+A checkpoint is a folder ``<checkpoint-dir>/step-<N>`` of these files:
 
 - ``state.h5`` (plain HDF5): ``model/<parameter>`` arrays, ``optimizer/<parameter>/<state>`` arrays, and JSON
   attributes ``optimizer`` (rule, schedule, step counts), ``module_state`` (modules' extra state: the dropout
   counters), ``loader`` (epoch and position), ``trainer`` (step, samples, the loss window of the next train
   record);
-- ``embeddings.h5``: a full snapshot of every embedding table (``gpuemb.store``; CRC32 per chunk);
-- ``manifest.json``: the step, the config, and each file's size (and ``state.h5``'s CRC32), with a CRC32 of
-  the manifest itself.
+- the tables' rows (``gpuemb.store.snapshot``; CRC32 per chunk): in a world of one, where the tables are whole,
+  ``embeddings.h5``, one snapshot of every table; on W ranks, each rank's shard files
+  ``<collection>.rank<r>-of-<W>.h5`` (``gpuemb.distributed.save_sharded``), and the manifest says ``sharded``;
+- ``manifest.json``: the step, the config (by sections; flat in checkpoints written before the config had
+  sections), and each file's size (and ``state.h5``'s CRC32), with a CRC32 of the manifest itself.
 
-It is written into a temporary folder beside the target, each file fsync'd, then renamed into place, and only
-then does ``<checkpoint-dir>/latest`` (a one-line file, replaced atomically) name it. A run killed at any
-moment leaves ``latest`` naming a complete checkpoint. Loading checks the manifest, the sizes and checksums of
+One writer serves every world size: rank 0 makes a temporary folder beside the target, every rank writes its
+tables' files into it, then rank 0 the state and the manifest, fsyncs, renames the folder into place, and only
+then does ``<checkpoint-dir>/latest`` (a one-line file, replaced atomically) name it; if any rank fails, every
+rank raises and the folder is removed. A run killed at any moment leaves ``latest`` naming a complete checkpoint.
+A checkpoint loads into any world size: whole tables or shards, each rank takes the keys its plan gives it. Loading checks the manifest, the sizes and checksums of
 all the files before it changes anything, and raises :class:`CheckpointError` naming the file that is wrong.
 """
 import json
@@ -25,11 +29,15 @@ from datetime import datetime, timezone
 import h5py
 import numpy as np
 
-from gpuemb.store.checkpoint import load_snapshot, save_snapshot
+from gpuemb.distributed import ShardedEmbeddingCollection, load_sharded, load_sharded_tables, save_sharded, \
+    shard_path
+from gpuemb.store.checkpoint import save_snapshot
+from gpuemb.store.collection import EmbeddingCollection
 from gpuemb.store.snapshot import SnapshotError, fsync
 
 from .config import flag, resume_differences
 from .errors import CheckpointError, DivergedError, ResumeError
+from .model import collections_of, embedding_tables
 
 FORMAT, VERSION = "gpuemb-checkpoint", 1
 STATE, EMBEDDINGS, MANIFEST, LATEST = "state.h5", "embeddings.h5", "manifest.json", "latest"
@@ -130,28 +138,50 @@ def publish(directory, name, final, tmp, keep):
     _prune(directory, keep, name)
 
 
-def save_checkpoint(directory, step, config, state, tables, keep=2):
-    """Write the checkpoint of ``step`` under ``directory`` and point ``latest`` at it; returns its path.
-
-    ``state``: ``{"trainer": Trainer.state_dict(), "loader": ..., "loop": {...}}``; ``tables``:
-    ``{name: EmbeddingTable}``. Then removes all but the ``keep`` newest checkpoints. A row holding NaN or inf
-    raises DivergedError, and nothing is written.
+def save_checkpoint(directory, step, config, state, model, cluster, keep=2):
+    """Write the checkpoint of ``step`` under ``directory`` and point ``latest`` at it; returns its path on every
+    rank (every rank must call it). ``state``: ``{"trainer": Trainer.state_dict(), "loader": ..., "loop": {...}}``;
+    ``model``: whole or sharded tables; ``cluster``: ``cluster.Cluster``. Then removes all but the ``keep`` newest
+    checkpoints. A row holding NaN or inf raises DivergedError, and nothing is written.
     """
-    os.makedirs(directory, exist_ok=True)
-    name, final, tmp = folder_names(directory, step)
-    os.mkdir(tmp)
+    name, final, tmp = cluster.new_folder(directory, step, folder_names)
     try:
-        write_state(os.path.join(tmp, STATE), state)
-        save_snapshot({n: FiniteRows(n, t) for n, t in tables.items()}, os.path.join(tmp, EMBEDDINGS),
-                      meta={"step": step})
-        files = {STATE: file_entry(os.path.join(tmp, STATE), crc=True),
-                 EMBEDDINGS: file_entry(os.path.join(tmp, EMBEDDINGS))}
-        write_manifest(tmp, step, config, files)
-        publish(directory, name, final, tmp, keep)
+        files, sharded = _write_tables(model, tmp, step, cluster)
+        error = None
+        if cluster.lead:
+            try:
+                write_state(os.path.join(tmp, STATE), state)
+                entries = {STATE: file_entry(os.path.join(tmp, STATE), crc=True)}
+                entries.update({f: file_entry(os.path.join(tmp, f)) for f in files})
+                write_manifest(tmp, step, config, entries, **({"sharded": sharded} if sharded else {}))
+                publish(directory, name, final, tmp, keep)
+            except Exception as e:  # raised below, once the other ranks know
+                error = e
+        if not cluster.everywhere(error is None):
+            if error is not None:
+                raise error
+            raise CheckpointError(f"rank 0 could not finish the checkpoint of step {step} in {directory} (its "
+                                  "error says why)")
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if cluster.lead:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _write_tables(model, tmp, step, cluster):
+    """Write this rank's tables into ``tmp``: ``(every rank's file names, the manifest's "sharded" or None)``."""
+    sharded = collections_of(model, ShardedEmbeddingCollection)
+    if not sharded:  # whole tables, one process
+        tables = embedding_tables(model)
+        save_snapshot({n: FiniteRows(n, t) for n, t in tables.items()}, os.path.join(tmp, EMBEDDINGS),
+                      meta={"step": step})
+        return [EMBEDDINGS], None
+    W = cluster.world_size
+    for n, collection in sharded:  # each raises on every rank if any rank failed
+        save_sharded(collection, os.path.join(tmp, n), meta={"step": step}, wrap=FiniteRows)
+    files = [os.path.basename(shard_path(n, r, W)) for n, _ in sharded for r in range(W)]
+    return files, {"world_size": W, "collections": [n for n, _ in sharded]}
 
 
 def _point_latest(directory, name):
@@ -260,9 +290,22 @@ def _datasets(group, prefix=""):
             yield from _datasets(item, f"{prefix}{key}/")
 
 
-def load_tables(folder, tables):
-    """Restore the (fresh) ``tables`` from the checkpoint's snapshot; CheckpointError if it is corrupt."""
+def restore_tables(folder, manifest, model):
+    """Load the fresh tables of ``model`` from the checkpoint in ``folder``, whatever world size wrote it and
+    whatever this one is: one snapshot of whole tables, or every rank's shard files, each rank taking the keys
+    and columns its tables hold."""
+    sharded = manifest.get("sharded")
+
+    def files(prefix):
+        if sharded is None:
+            return [os.path.join(folder, EMBEDDINGS)]
+        W = sharded["world_size"]
+        return [shard_path(os.path.join(folder, prefix), r, W) for r in range(W)]
+
     try:
-        load_snapshot(tables, [os.path.join(folder, EMBEDDINGS)])
-    except SnapshotError as e:
+        for prefix, collection in collections_of(model, EmbeddingCollection):
+            load_sharded_tables({t.config.name: t for t in collection.tables}, files(prefix))
+        for prefix, collection in collections_of(model, ShardedEmbeddingCollection):
+            load_sharded(collection, files(prefix))
+    except (SnapshotError, ValueError) as e:
         raise CheckpointError(f"{e}; resume from another checkpoint") from None

@@ -4,6 +4,7 @@ Settings come from the defaults, then ``--config FILE``, then the flags given. A
 one line on stderr and exit code 2, before training starts; a run that fails later exits 1 with one line.
 """
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -12,11 +13,12 @@ import time
 from tqdm import tqdm
 
 from gpuemb.autograd import backend
+from gpuemb.comm import LocalCommunicator
 from gpuemb.io.errors import DataError
 from gpuemb.store.errors import StoreError
 
-from .config import FIELDS, GROUPS, TrainConfig, flag
-from .distributed import Cluster
+from .config import SECTIONS, TrainConfig
+from .settings import choices_of, default_of, flag_of, key_of
 from .errors import ConfigError, TrainError
 from .run import Reporter, train
 
@@ -45,26 +47,31 @@ def parser(description=None):
     p = Parser(prog=PROG, usage=f"{PROG} [--model NAME] [--data PATH] [--steps N] [...]", description=description,
                formatter_class=argparse.RawDescriptionHelpFormatter, argument_default=argparse.SUPPRESS)
     p.add_argument("--config", metavar="FILE", help="a .toml or .json file of settings (keys as the flags)")
-    groups = {g: p.add_argument_group(g) for g in GROUPS}
-    for name, f in FIELDS.items():
-        m, dest = f.metadata, {"dest": name}
-        default = "" if f.default in (None, True) or m["kind"] == "dict" else f" (default {f.default})"
-        kw = {"help": m["help"] + default, **dest}
-        kind = m["kind"]
-        if kind == "bool":
-            kw.update(action="store_false")
-        elif kind == "dict":
-            kw.update(action="append", type=_key_value, metavar="KEY=VALUE")
-        elif kind == "list":
-            kw.update(nargs="+", metavar="NAME")
-        elif kind == "choice":
-            kw.update(choices=m["choices"])
-        else:
-            kw.update(type={"int": int, "float": float, "str": str}[kind], metavar=name.split("_")[-1].upper())
-        if name == "resume":
-            kw.update(nargs="?", const="latest", metavar="PATH")
-        groups[m["group"]].add_argument(flag(name), **kw)
+    for section, cls in SECTIONS.items():
+        group = p.add_argument_group(section)
+        for f in dataclasses.fields(cls):
+            group.add_argument(flag_of(f), **_argument(f))
     return p
+
+
+def _argument(f):
+    """argparse's keywords for the setting ``f``: its help and default, and how its value is read."""
+    m, kind, default = f.metadata, f.metadata["kind"], default_of(f)
+    shown = "" if default in (None, True) or kind == "dict" else f" (default {default})"
+    kw = {"help": m["help"] + shown, "dest": key_of(f)}
+    if kind == "bool":
+        kw.update(action="store_false")
+    elif kind == "dict":
+        kw.update(action="append", type=_key_value, metavar="KEY=VALUE")
+    elif kind == "list":
+        kw.update(nargs="+", metavar="NAME")
+    elif kind == "choice":
+        kw.update(choices=choices_of(f))
+    else:
+        kw.update(type={"int": int, "float": float, "str": str}[kind], metavar=f.name.split("_")[-1].upper())
+    if key_of(f) == "resume":
+        kw.update(nargs="?", const="latest", metavar="PATH")
+    return kw
 
 
 def parse_config(argv, description=None):
@@ -84,10 +91,10 @@ def parse_config(argv, description=None):
 
 def check_startup(config):
     """The checks that need the backend or optional packages; ConfigError if one fails."""
-    if config.device not in (None, "auto") and config.device != backend.DEVICE:
-        raise ConfigError(f"--device: {config.device} was asked for, but gpuemb was imported on "
+    if config.run.device not in (None, "auto") and config.run.device != backend.DEVICE:
+        raise ConfigError(f"--device: {config.run.device} was asked for, but gpuemb was imported on "
                           f"{backend.DEVICE}; set GPUEMB_DEVICE before importing it, or run tools/train.py")
-    if config.plot:
+    if config.output.plot:
         from .plot import require_matplotlib
         require_matplotlib()
 
@@ -104,12 +111,12 @@ class ProgressBar(Reporter):
         n_dense = sum(p.size for p in run.model.parameters())
         print(f"device: {info['device']} ({info['reason']})", file=self.out)
         print(f"data: {run.data.description}", file=self.out)
-        print(f"model: {run.config.model} {hyper}, {n_dense:,} dense parameters, tables "
-              f"{', '.join(f'{n} (D={t.dim}, {run.config.store})' for n, t in run.tables.items())}", file=self.out)
-        if run.cluster is not None:
+        print(f"model: {run.config.model.name} {hyper}, {n_dense:,} dense parameters, tables "
+              f"{', '.join(f'{n} (D={t.dim}, {run.config.store.placement})' for n, t in run.tables.items())}", file=self.out)
+        if run.cluster.world_size > 1:
             print(f"ranks: {run.cluster.describe()}", file=self.out)
-        print(f"training: {run.total_steps} steps of {run.batch_size} samples, {run.config.optimizer} "
-              f"lr {run.config.lr:g}, rows {run.config.embedding_optimizer} lr {run.config.embedding_lr:g}"
+        print(f"training: {run.total_steps} steps of {run.batch_size} samples, {run.config.optimization.optimizer} "
+              f"lr {run.config.optimization.lr:g}, rows {run.config.optimization.embedding_optimizer} lr {run.config.optimization.embedding_lr:g}"
               + (f", resumed at step {run.step}" if run.step else ""), file=self.out)
         if self.show:
             self.bar = tqdm(total=run.total_steps, initial=run.step, unit="step", dynamic_ncols=True,
@@ -170,18 +177,19 @@ def main(argv=None, description=None, comm=None):
     ``comm``: the job's communicator (``gpuemb.comm.init()``); with several ranks each trains its part, rank 0
     alone shows progress and the summary, and every rank prints its own errors."""
     config = parse_config(sys.argv[1:] if argv is None else argv, description)
-    cluster = Cluster.of(comm, config)
-    where = "" if cluster is None else f" (rank {cluster.rank} of {cluster.world_size})"
-    lead = cluster is None or cluster.rank == 0
+    comm = comm or LocalCommunicator()
+    several = comm.world_size > 1
+    where = f" (rank {comm.rank} of {comm.world_size})" if several else ""
+    lead = comm.rank == 0
     try:
         check_startup(config)
-        summary = train(config, ProgressBar(config.progress) if lead else Reporter(), cluster)
+        summary = train(config, ProgressBar(config.output.progress) if lead else Reporter(), comm)
     except TrainError as e:
         print(f"{PROG}: error{where}: {e}", file=sys.stderr)
         return e.exit_code
     except (StoreError, DataError) as e:  # a cache too small for a batch, a shard that went bad while read
         print(f"{PROG}: error{where}: {e}", file=sys.stderr, flush=True)
-        if cluster is not None:
+        if several:
             # this rank's alone (say, the one rank whose table overflows): the others would wait in their next
             # collective for the whole timeout, so end them now
             comm.abort("stopped by the error above")

@@ -17,11 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gpuemb.io import synthetic
-from gpuemb.io.avazu import avazu_schema
-from gpuemb.io.census import census_schema
 from gpuemb.io.convert import ConvertOptions, convert
-from gpuemb.io.criteo import criteo_schema
-from gpuemb.io.csv_reader import csv_schema
+from gpuemb.io.formats import schema_for
 from gpuemb.io.errors import DataError, SchemaError, ShardError
 from gpuemb.io.shards import ShardSource, list_shards
 
@@ -60,28 +57,18 @@ class DataSet:
 
 def synthetic_config(config):
     """The SyntheticConfig of ``--preset`` with the run's seed."""
-    base = QUICK if config.preset == "quick" else synthetic.PRESETS[config.preset]
-    return replace(base, seed=config.seed)
+    base = QUICK if config.data.preset == "quick" else synthetic.PRESETS[config.data.preset]
+    return replace(base, seed=config.run.seed)
 
 
 def _synthetic(config, train_rows):
     cfg = synthetic_config(config)
     train = synthetic.SyntheticSource(cfg, train_rows, "train")
-    eval_ = synthetic.SyntheticSource(cfg, config.eval_rows, "test")
+    eval_ = synthetic.SyntheticSource(cfg, config.data.eval_rows, "test")
     layout = train.layout
     return DataSet(train, eval_, cfg.n_dense, len(cfg.cardinalities), layout.label_names, layout.sparse_names,
-                   f"synthetic '{config.preset}' data ({train_rows:,} training rows, {config.eval_rows:,} eval "
-                   "rows)", synthetic.teacher_auc(cfg, config.eval_rows, "test"), synthetic=True)
-
-
-def _schema(config, fmt, paths):
-    if fmt == "criteo":
-        return criteo_schema()
-    if fmt == "avazu":
-        return avazu_schema()
-    if fmt == "census":
-        return census_schema()
-    return csv_schema(paths[0], config.label, config.dense or (), config.categorical or ())
+                   f"synthetic '{config.data.preset}' data ({train_rows:,} training rows, {config.data.eval_rows:,} eval "
+                   "rows)", synthetic.teacher_auc(cfg, config.data.eval_rows, "test"), synthetic=True)
 
 
 def _raw_paths(pattern):
@@ -97,7 +84,9 @@ def _raw(config, workdir, data, fmt, eval_fraction):
     paths = _raw_paths(data)
     out = os.path.join(workdir, "shards")
     f = eval_fraction
-    report = convert(paths, out, _schema(config, fmt, paths), ConvertOptions(split=(1 - f, 0.0, f), seed=config.seed))
+    d = config.data
+    schema = schema_for(fmt, paths, label=d.label, dense=d.dense, categorical=d.categorical)
+    report = convert(paths, out, schema, ConvertOptions(split=(1 - f, 0.0, f), seed=config.run.seed))
     for split in ("train", "test"):
         if not report.rows.get(split):
             raise ConfigError(f"--data {data}: the conversion left no {split} rows ({report}); give more rows "
@@ -110,13 +99,13 @@ def _raw(config, workdir, data, fmt, eval_fraction):
 
 def _shard_paths(config):
     """(train paths, eval paths) of ``--data`` (and ``--eval-data``) shards."""
-    location = config.data
+    location = config.data.source
     if not os.path.exists(location):
         raise ConfigError(f"--data: {location} does not exist; give 'synthetic', a shard folder or file, or raw "
                           "files with --format")
     if os.path.isdir(os.path.join(location, "train")):
         train = list_shards(location, "train")
-        if config.eval_data is None:
+        if config.data.eval_data is None:
             for split in ("test", "val"):
                 if os.path.isdir(os.path.join(location, split)):
                     return train, list_shards(location, split)
@@ -124,10 +113,10 @@ def _shard_paths(config):
                               "shards with --eval-data")
     else:
         train = list_shards(location)
-        if config.eval_data is None:
+        if config.data.eval_data is None:
             raise ConfigError(f"--data {location}: shards without a 'train' folder; give the eval shards with "
                               "--eval-data")
-    return train, list_shards(config.eval_data)
+    return train, list_shards(config.data.eval_data)
 
 
 def _shards(config, train_paths, eval_paths, description):
@@ -148,7 +137,7 @@ def _shards(config, train_paths, eval_paths, description):
             raise ConfigError(f"--data: the shards hold multi-hot features (hotness {max(hot)}); the models take "
                               "one id per feature, so convert the data one-hot")
         meta = eval_.infos[0].layout.meta
-        if "teacher_auc" in meta and eval_.n_rows <= config.eval_rows:
+        if "teacher_auc" in meta and eval_.n_rows <= config.data.eval_rows:
             data.teacher_auc = float(meta["teacher_auc"])  # synthetic shards record their teacher's AUC
     except Exception:
         data.close()
@@ -158,24 +147,24 @@ def _shards(config, train_paths, eval_paths, description):
 
 def uses_synthetic(config):
     """Whether ``config`` trains on the synthetic data: no raw files, no shards, and not mmoe's census default."""
-    return config.format is None and config.data in (None, "synthetic") and not (
-        config.data is None and config.model == "mmoe")
+    return config.data.format is None and config.data.source in (None, "synthetic") and not (
+        config.data.source is None and config.model.name == "mmoe")
 
 
 def open_data(config, workdir, train_rows):
     """The DataSet of ``config``; raw files are converted under ``workdir``. ``train_rows``: synthetic only."""
     try:
-        if config.format or (config.data is None and config.model == "mmoe"):
-            if config.data is None and not CENSUS_SAMPLE.is_file():
+        if config.data.format or (config.data.source is None and config.model.name == "mmoe"):
+            if config.data.source is None and not CENSUS_SAMPLE.is_file():
                 raise ConfigError(f"--data: mmoe's default data {CENSUS_SAMPLE.name} is not in this install; "
                                   "give census-income files with --data FILE --format census")
-            if config.data is None:  # enough held-out rows of the small sample for both tasks to have positives
-                return _raw(config, workdir, str(CENSUS_SAMPLE), "census", config.eval_fraction or 0.3)
-            return _raw(config, workdir, config.data, config.format, config.eval_fraction or 0.1)
+            if config.data.source is None:  # enough held-out rows of the small sample for both tasks to have positives
+                return _raw(config, workdir, str(CENSUS_SAMPLE), "census", config.data.eval_fraction or 0.3)
+            return _raw(config, workdir, config.data.source, config.data.format, config.data.eval_fraction or 0.1)
         if uses_synthetic(config):
             return _synthetic(config, train_rows)
         train, eval_ = _shard_paths(config)
-        return _shards(config, train, eval_, f"shards {config.data} ({len(train)} train, {len(eval_)} eval "
+        return _shards(config, train, eval_, f"shards {config.data.source} ({len(train)} train, {len(eval_)} eval "
                        "files)")
     except (ShardError, SchemaError) as e:
         raise ConfigError(f"--data: {e}") from None

@@ -26,12 +26,17 @@ def _result(metric):
         raise
 
 
-def evaluate(model, source, n_tasks=1, max_rows=None, batch_size=16384, cluster=None):
+def whole_batch_logits(model, batch):
+    """The logits of ``batch`` from ``model`` run on all of it: how one process evaluates."""
+    return model(batch.dense, batch.sparse).data
+
+
+def evaluate(model, source, n_tasks=1, max_rows=None, batch_size=16384, logits_of=whole_batch_logits):
     """``{"rows", "auc", "log_loss", "accuracy", "eval_s"}`` (plus per-task lists when ``n_tasks > 1``).
 
-    ``cluster`` (several ranks): each rank runs its part of every eval batch through the model (every rank calls
-    the sharded lookups, which are collective) and the parts' logits are gathered in rank order, so every rank
-    computes the metrics of the whole eval set, as one process would."""
+    ``logits_of(model, batch)``: the batch's logits; on several ranks ``Cluster.logits``, where each rank runs its
+    part of every eval batch through the model (every rank calls the sharded lookups, which are collective) and
+    the parts' logits are gathered in rank order, so every rank computes the metrics of the whole eval set."""
     start = time.perf_counter()
     metrics = [{name: cls() for name, cls in METRICS.items()} for _ in range(n_tasks)]
     loader = Loader(source, LoaderConfig(batch_size, shuffle=False, drop_last=False, prefetch=2))
@@ -42,11 +47,7 @@ def evaluate(model, source, n_tasks=1, max_rows=None, batch_size=16384, cluster=
         with no_grad():
             for batch in loader:
                 take = batch.rows if max_rows is None else min(batch.rows, max_rows - rows)
-                if cluster is None:
-                    logits = model(batch.dense[:take], batch.sparse[:take]).data
-                else:
-                    mine = cluster.part(batch.slice(0, take))
-                    logits = cluster.gather(model(mine.dense, mine.sparse).data)
+                logits = logits_of(model, batch.slice(0, take))
                 labels = batch.label[:take]
                 for t, task in enumerate(metrics):
                     column = (logits, labels) if n_tasks == 1 else (logits[:, t], labels[:, t])

@@ -26,9 +26,9 @@ class Trainer:
     ``embedding_lr × lr / base_lr``, with ``lr`` the schedule's dense lr at that step and ``base_lr`` its peak.
     """
 
-    def __init__(self, model, optimizer, tables, base_lr, embedding_lr, scaler=None, cluster=None):
+    def __init__(self, model, optimizer, tables, base_lr, embedding_lr, cluster, scaler=None):
         self.model, self.optimizer, self.tables, self.scaler = model, optimizer, tables, scaler  # scaler: fp16
-        self.cluster = cluster  # a train.distributed.Cluster on several ranks: batches are this rank's parts
+        self.cluster = cluster  # a cluster.Cluster: batches are this rank's parts, W = 1 in a plain run
         self.base_lr, self.embedding_lr = base_lr, embedding_lr
         self.step, self.samples = 0, 0  # steps taken and samples trained on, in all (resumes included)
 
@@ -45,8 +45,7 @@ class Trainer:
         lr, embedding_lr = self.lrs
         for table in self.tables.values():
             table.lr = embedding_lr
-        if self.cluster is not None:
-            self.cluster.begin_step()
+        self.cluster.begin_step()
         self.model.train()
         logits = self.model(batch.dense, batch.sparse)
         if after_forward is not None:
@@ -57,24 +56,20 @@ class Trainer:
                              f"labels have shape {tuple(labels.shape)}; a model of {labels.shape[1:] or 1} tasks "
                              "fits this data")
         loss = bce_with_logits(logits, get_array_module(logits.data).asarray(labels, logits.dtype))
-        value = float(loss.item())
-        if self.cluster is not None:  # the global batch's loss: every rank then agrees whether it is finite
-            value = self.cluster.mean(value)
+        value = self.cluster.mean(float(loss.item()))  # the global batch's: every rank agrees whether it is finite
         if not math.isfinite(value):
             raise DivergedError(f"the loss became {value} at step {self.step + 1} (lr {lr:g}, embedding lr "
                                 f"{embedding_lr:g})")
         self.optimizer.zero_grad()
         if self.scaler is None:
             loss.backward()
-            if self.cluster is not None:
-                self.cluster.allreduce()
+            self.cluster.allreduce()
             self.optimizer.step()
         else:  # --precision fp16: the step is skipped, rows and all, where a gradient overflowed
             scaled_step(loss, self.optimizer, self.tables, self.scaler, self.cluster)
         self.step += 1
-        self.samples += batch.rows * (1 if self.cluster is None else self.cluster.world_size)
-        if self.cluster is not None:
-            self.cluster.end_step()
+        self.samples += batch.rows * self.cluster.world_size
+        self.cluster.end_step()
         bad = non_finite(self.model)
         if bad:  # a dead ReLU net can keep the loss finite for a while; the weights tell at once
             raise DivergedError(f"after step {self.step} the dense parameter {bad} holds NaN or inf (lr {lr:g}, "

@@ -10,15 +10,11 @@ import os
 
 from gpuemb import models
 from gpuemb.distributed import ShardedEmbeddingCollection
-from gpuemb.optim import AdagradRule, AdamRule, FtrlRule, RowwiseAdagradRule, SGDRule
+from gpuemb.optim import RULES
 from gpuemb.store.collection import EmbeddingCollection
-from gpuemb.store.options import Initializer, StoreOptions, TableConfig
+from gpuemb.store.options import SHORT_DTYPES, Initializer, StoreOptions, TableConfig
 
 from .errors import ConfigError
-
-EMBEDDING_DTYPES = {"fp32": "float32", "fp16": "float16"}  # --embedding-dtype: TableConfig.dtype
-ROW_RULES = {"sgd": SGDRule, "adagrad": AdagradRule, "rowwise_adagrad": RowwiseAdagradRule, "adam": AdamRule,
-             "ftrl": FtrlRule}
 
 
 def table_configs(config, data, ssd_dir=None, lr=None):
@@ -27,45 +23,48 @@ def table_configs(config, data, ssd_dir=None, lr=None):
     lr: the tables' configured lr, ``--embedding-lr`` unless given (a resume restores the saved one). ``config``
     has its model's recipe applied (``recipes.apply``, as ``Run`` does first).
     """
+    store, o = config.store, config.optimization
+
     def options(name):
-        path = os.path.join(ssd_dir, f"{name}.h5") if config.store == "ssd" else None
-        return StoreOptions(config.store, config.cache_rows, config.host_cache_rows, ssd_path=path)
+        path = os.path.join(ssd_dir, f"{name}.h5") if store.placement == "ssd" else None
+        return StoreOptions(store.placement, store.cache_rows, store.host_cache_rows, ssd_path=path)
 
     def table(name):
-        return TableConfig(name, config.embedding_dim, EMBEDDING_DTYPES[config.embedding_dtype],
-                           initializer=Initializer(config.embedding_init, config.embedding_init_scale, config.seed),
-                           rule=ROW_RULES[config.embedding_optimizer](),
-                           lr=config.embedding_lr if lr is None else lr,
+        return TableConfig(name, config.model.embedding_dim, SHORT_DTYPES[store.embedding_dtype],
+                           initializer=Initializer(o.embedding_init, o.embedding_init_scale, config.run.seed),
+                           rule=RULES[o.embedding_optimizer](), lr=o.embedding_lr if lr is None else lr,
                            options=options(name))
 
-    if config.tables == "shared":
+    if config.model.tables == "shared":
         return table("embeddings")
     return [table(name) for name in data.sparse_names]
 
 
 def build_model(config, data, ssd_dir=None, table_lr=None):
     """``gpuemb.models.build`` for this config and data; a bad hyperparameter is a ConfigError."""
-    if config.model not in models.MODELS:
-        raise ConfigError(f"--model: {config.model!r} is not in this build yet; use one of "
-                          f"{', '.join(models.MODELS)}")
-    hyper = dict(config.model_args)
-    if config.tables == "shared":
+    hyper = dict(config.model.args)
+    if config.model.tables == "shared":
         hyper["n_features"] = data.n_features
-    if config.model == "mmoe":
+    if config.model.name == "mmoe":
         hyper.setdefault("n_tasks", data.n_tasks)
     try:
-        model = models.build(config.model, data.n_dense, table_configs(config, data, ssd_dir, table_lr), config.seed,
-                             **hyper)
+        model = models.build(config.model.name, data.n_dense, table_configs(config, data, ssd_dir, table_lr),
+                             config.run.seed, **hyper)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"--model {config.model}: {e}") from None
-    model.set_precision(config.precision)  # the fused MLPs' compute; the parameters stay float32
+        raise ConfigError(f"--model {config.model.name}: {e}") from None
+    model.set_precision(config.optimization.precision)  # the fused MLPs' compute; the parameters stay float32
     n_tasks = getattr(model, "n_tasks", 1)
     if n_tasks != data.n_tasks:
         hint = ("use a multi-task model (--model mmoe)" if data.n_tasks > 1 else
                 "give data with that many label columns")
-        raise ConfigError(f"--model {config.model}: predicts {n_tasks} task(s), but the data has "
+        raise ConfigError(f"--model {config.model.name}: predicts {n_tasks} task(s), but the data has "
                           f"{data.n_tasks} label column(s) ({', '.join(data.label_names)}); {hint}")
     return model
+
+
+def collections_of(model, kind):
+    """``[(attribute, collection)]`` of the model's embedding collections of class ``kind``."""
+    return [(name, value) for name, value in vars(model).items() if isinstance(value, kind)]
 
 
 def embedding_tables(model):

@@ -8,56 +8,44 @@ ends there unless ``--decay-steps`` says otherwise. The embedding rows follow th
 """
 import numpy as np
 
-from gpuemb.optim import SGD, Adagrad, Adam, AdamW, ConstantLR, CosineLR, LossScaler, StepLR, WarmupPolyDecayLR
+from gpuemb.optim import OPTIMIZERS, SCHEDULES, LossScaler
 
 from .errors import ConfigError
-
-OPTIMIZERS = {"sgd": SGD, "adagrad": Adagrad, "adam": Adam, "adamw": AdamW}
 
 
 def build_schedule(config, total_steps):
     """The ``--schedule`` of ``config`` over ``total_steps`` steps, starting at ``--lr``."""
-    lr, warmup, end = config.lr, config.warmup_steps or 0, config.end_lr or 0.0
+    o = config.optimization
     try:
-        if config.schedule == "warmup_poly":
-            start = warmup if config.decay_start is None else config.decay_start
-            decay = config.decay_steps or max(total_steps - start, 0)
-            return WarmupPolyDecayLR(lr, warmup, start, decay, end_lr=end)
-        if config.schedule == "cosine":
-            total = warmup + config.decay_steps if config.decay_steps else max(total_steps, warmup + 1)
-            return CosineLR(lr, total, warmup, min(end, lr))
-        if config.schedule == "step":
-            return StepLR(lr, config.step_size, 0.1 if config.gamma is None else config.gamma)
-        return ConstantLR(lr)
+        return SCHEDULES[o.schedule].for_run(o.lr, total_steps, **o.schedule_settings())
     except ValueError as e:
-        raise ConfigError(f"--schedule {config.schedule}: {e}") from None
+        raise ConfigError(f"--schedule {o.schedule}: {e}") from None
 
 
 def build_optimizer(config, model, total_steps):
     """``--optimizer`` over the model's dense parameters, its lr following ``build_schedule``."""
-    return OPTIMIZERS[config.optimizer](model.named_parameters(), lr=build_schedule(config, total_steps))
+    return OPTIMIZERS[config.optimization.optimizer](model.named_parameters(), lr=build_schedule(config, total_steps))
 
 
 def build_scaler(config):
     """The loss scaler of ``--precision``: dynamic for fp16, whose gradients underflow without it; None for fp32
     and bf16, which has float32's exponent range."""
-    return LossScaler() if config.precision == "fp16" else None
+    return LossScaler() if config.optimization.precision == "fp16" else None
 
 
-def scaled_step(loss, optimizer, tables, scaler, cluster=None):
+def scaled_step(loss, optimizer, tables, scaler, cluster):
     """Backward of the scaled loss, then the dense step and the tables' row updates together; returns whether it
     stepped. Each table holds its row updates through the backward; once the scaler has unscaled and checked them
     with the dense gradients, all are applied, or, on inf or NaN, none (and the scale backs off).
 
-    ``cluster`` (several ranks): the dense gradients are averaged over the ranks after the backward, and every
-    rank skips the step when any rank's row gradients overflowed, so the ranks stay in step."""
+    ``cluster``: the dense gradients are averaged over the ranks after the backward, and every rank skips the step
+    when any rank's row gradients overflowed, so the ranks stay in step (a world of one: itself alone)."""
     held = [table.hold_updates() for table in tables.values()]
     try:
         scaler.scale(loss).backward()
-        if cluster is not None:
-            cluster.allreduce()
+        cluster.allreduce()
         finite = scaler.unscale_arrays_([grads for h in held for *_, grads in h])
-        if cluster is not None and not cluster.everywhere(finite) and finite:
+        if not cluster.everywhere(finite) and finite:
             # another rank's rows overflowed; an inf checked here makes this rank skip the same step
             scaler.unscale_arrays_([np.full(1, np.inf, np.float32)])
         stepped = scaler.step(optimizer)

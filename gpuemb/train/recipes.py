@@ -33,11 +33,12 @@ def apply(config, synthetic):
     synthetic: whether the run trains on the synthetic data, where the recipe's step count applies (on real data
     a run lasts an epoch unless told otherwise).
     """
-    r = recipe(config.model)
+    r = recipe(config.model.name)
     fill = {"embedding_lr": r.get("embedding_lr", EMBEDDING_LR),
             "embedding_init": r.get("embedding_init", "uniform"),
             "embedding_init_scale": r.get("embedding_init_scale")}
-    if synthetic and config.steps is None and config.epochs is None:
+    if synthetic and config.optimization.steps is None and config.optimization.epochs is None:
         fill["steps"] = r.get("synthetic_steps", STEPS)
-    changes = {k: v for k, v in fill.items() if getattr(config, k) is None and v is not None}
+    now = config.flat()
+    changes = {k: v for k, v in fill.items() if now[k] is None and v is not None}
     return config.replace(**changes) if changes else config

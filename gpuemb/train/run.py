@@ -14,12 +14,12 @@ from gpuemb.io.loader import Loader, LoaderConfig
 
 from . import checkpoint as ckpt
 from . import recipes
-from .config import check_precision
+from .cluster import Cluster
+from .config import check_precision, flatten
 from .data import open_data, uses_synthetic
-from .distributed import restore_tables
 from .errors import ConfigError, DivergedError, ResumeError
 from .evaluate import evaluate
-from .loop import Batches, Pipeline, Trainer, non_finite
+from .loop import Pipeline, Trainer, non_finite
 from .metrics_log import MetricsLog
 from .model import build_model, embedding_tables
 from .optimizer import build_optimizer, build_scaler
@@ -50,19 +50,21 @@ class Run:
 
     With ``--resume``, the checkpoint's manifest and config are checked first, before anything is built, and
     ``resume()`` then loads it. ``data``: a ``DataSet`` to train on instead of the config's (a benchmark's).
-    ``cluster``: a ``train.distributed.Cluster`` when the run is one rank of several.
+    ``comm``: the job's communicator when the run is one rank of several (``gpuemb.comm.init()``); none is a
+    world of one.
     """
 
-    def __init__(self, config, data=None, cluster=None):
+    def __init__(self, config, data=None, comm=None):
         # the model's recipe fills what the flags left unset, before anything (a resume's check included) reads it
         config = recipes.apply(config, uses_synthetic(config) if data is None else data.synthetic)
-        check_precision(config.precision, backend.DEVICE)  # before building anything
-        self.config, self.checkpoint, self.cluster = config, None, cluster
-        if config.resume:
-            folder = ckpt.resolve(config.checkpoint_dir if config.resume == "latest" else config.resume)
+        check_precision(config.optimization.precision, backend.DEVICE)  # before building anything
+        self.config, self.checkpoint, self.cluster = config, None, Cluster.of(comm, config)
+        c = config.checkpoints
+        if c.resume:
+            folder = ckpt.resolve(c.checkpoint_dir if c.resume == "latest" else c.resume)
             body = ckpt.read_manifest(folder)
             ckpt.check_config(body, config, folder)
-            self.checkpoint, self.manifest = (folder, body["config"]), body
+            self.checkpoint, self.manifest = (folder, flatten(body["config"])), body
         self._tmp = tempfile.TemporaryDirectory(prefix="gpuemb-train-")
         try:
             self._build(config, data)
@@ -71,40 +73,38 @@ class Run:
             raise
 
     def _build(self, config, data):
-        batch = config.batch_size or BATCH_SIZE
-        self.data = data or open_data(config, self._tmp.name, config.train_rows or SYNTHETIC_ROWS)
-        if config.batch_size is None and not self.data.synthetic:
+        batch = config.optimization.batch_size or BATCH_SIZE
+        self.data = data or open_data(config, self._tmp.name, config.data.train_rows or SYNTHETIC_ROWS)
+        if config.optimization.batch_size is None and not self.data.synthetic:
             batch = max(1, min(batch, self.data.train.n_rows // 10))
         self.batch_size = batch
-        if self.cluster is not None:
-            self.cluster.check_batch(batch)
-        self.loader = Loader(self.data.train, LoaderConfig(batch, shuffle=True, seed=config.seed))
-        self.batches = Batches(self.loader) if self.cluster is None else self.cluster.batches(self.loader)
+        self.cluster.check_batch(batch)
+        self.loader = Loader(self.data.train, LoaderConfig(batch, shuffle=True, seed=config.run.seed))
+        self.batches = self.cluster.batches(self.loader)
         per_epoch = len(self.loader)
-        if config.steps:
-            self.total_steps = config.steps
-        elif config.epochs:
-            self.total_steps = config.epochs * per_epoch
+        if config.optimization.steps:
+            self.total_steps = config.optimization.steps
+        elif config.optimization.epochs:
+            self.total_steps = config.optimization.epochs * per_epoch
         else:
             self.total_steps = recipes.STEPS if self.data.synthetic else max(per_epoch, MIN_STEPS)
         ssd_dir = None
-        if config.store == "ssd":
-            ssd_dir = config.ssd_dir or os.path.join(self._tmp.name, "ssd")
-            if self.cluster is not None:  # ranks on one host must not share a file
+        if config.store.placement == "ssd":
+            ssd_dir = config.store.ssd_dir or os.path.join(self._tmp.name, "ssd")
+            if self.cluster.world_size > 1:  # ranks on one host must not share a file
                 ssd_dir = os.path.join(ssd_dir, f"rank{self.cluster.rank}")
             os.makedirs(ssd_dir, exist_ok=True)
         # A resume may change the learning rates, but a table is restored into the config it was saved with;
         # the trainer sets the tables' lr at every step anyway.
-        saved_lr = self.checkpoint[1]["embedding_lr"] if self.checkpoint else config.embedding_lr
+        saved_lr = self.checkpoint[1]["embedding_lr"] if self.checkpoint else config.optimization.embedding_lr
         self.model = build_model(config, self.data, ssd_dir, saved_lr)
-        if self.cluster is not None:
-            self.cluster.shard(self.model, batch)
+        self.cluster.shard(self.model, batch)
         self.tables = embedding_tables(self.model)
         self.optimizer = build_optimizer(config, self.model, self.total_steps)
-        self.trainer = Trainer(self.model, self.optimizer, self.tables, config.lr, config.embedding_lr,
-                               build_scaler(config), self.cluster)
-        self.pipeline = Pipeline(self.trainer, self.batches, config.pipeline)
-        self.eval_every = config.eval_every or max(1, self.total_steps // 4)
+        self.trainer = Trainer(self.model, self.optimizer, self.tables, config.optimization.lr,
+                               config.optimization.embedding_lr, self.cluster, build_scaler(config))
+        self.pipeline = Pipeline(self.trainer, self.batches, config.run.pipeline)
+        self.eval_every = config.output.eval_every or max(1, self.total_steps // 4)
         self.window = []  # losses of the steps since the last train record
         self.last_checkpoint = None
 
@@ -116,7 +116,7 @@ class Run:
         """Whether the next step may prepare the batch after it: not past the end, and not across an evaluation
         or a checkpoint, which see the tables as a step leaves them."""
         after, c = self.step + 1, self.config
-        checkpoint = c.checkpoint_dir and c.checkpoint_every and after % c.checkpoint_every == 0
+        checkpoint = c.checkpoints.checkpoint_dir and c.checkpoints.checkpoint_every and after % c.checkpoints.checkpoint_every == 0
         return after < self.total_steps and after % self.eval_every != 0 and not checkpoint
 
     # -- state -----------------------------------------------------------------------------------------------------
@@ -133,12 +133,8 @@ class Run:
                                 f"checkpoint was written; {self.advice()}")
         c = self.config
         try:
-            if self.cluster is None:
-                path = ckpt.save_checkpoint(c.checkpoint_dir, self.step, c, self.state_dict(), self.tables,
-                                            c.keep_checkpoints)
-            else:
-                path = self.cluster.save_checkpoint(c.checkpoint_dir, self.step, c, self.state_dict(), self.model,
-                                                    c.keep_checkpoints)
+            path = ckpt.save_checkpoint(c.checkpoints.checkpoint_dir, self.step, c, self.state_dict(), self.model,
+                                        self.cluster, c.checkpoints.keep_checkpoints)
         except DivergedError as e:
             raise DivergedError(f"after step {self.step} {e}, so no checkpoint was written; {self.advice()}") from None
         self.last_checkpoint = path
@@ -151,8 +147,8 @@ class Run:
         if state["trainer"]["step"] > self.total_steps:
             raise ConfigError(f"--steps: the checkpoint {folder} is at step {state['trainer']['step']}, past the "
                               f"{self.total_steps} steps asked for; --steps counts every step, so ask for more")
-        restore_tables(folder, self.manifest, self.model, self.tables, self.cluster)
-        if saved["lr"] != self.config.lr:  # the schedule starts from the new --lr
+        ckpt.restore_tables(folder, self.manifest, self.model)
+        if saved["lr"] != self.config.optimization.lr:  # the schedule starts from the new --lr
             del state["trainer"]["optimizer"]["schedule"]
         try:
             self.trainer.load_state_dict(state["trainer"])
@@ -173,7 +169,7 @@ class Run:
         where = (f"the last good checkpoint is {self.last_checkpoint}: continue from it with the change and "
                  f"--resume {self.last_checkpoint}" if self.last_checkpoint else
                  "no checkpoint was written yet (--checkpoint-dir with --checkpoint-every keeps some)")
-        return (f"try a lower --lr (now {c.lr:g}) or --embedding-lr (now {c.embedding_lr:g}), or a warmup "
+        return (f"try a lower --lr (now {c.optimization.lr:g}) or --embedding-lr (now {c.optimization.embedding_lr:g}), or a warmup "
                 f"(--schedule warmup_poly --warmup-steps 200); {where}")
 
     # -- records ---------------------------------------------------------------------------------------------------
@@ -181,15 +177,15 @@ class Run:
         """The mean loss of the steps since the last train record (then forgotten), the lrs of the last step."""
         loss = sum(self.window) / len(self.window)
         self.window = []
-        sent = {} if self.cluster is None else {"comm_bytes_per_step": self.cluster.bytes_per_step()}
+        sent = {"comm_bytes_per_step": self.cluster.bytes_per_step()} if self.cluster.world_size > 1 else {}
         return {"kind": "train", "step": self.step, "epoch": self.pipeline.epoch, "samples": self.trainer.samples,
                 "loss": loss, "lr": lrs[0], "embedding_lr": lrs[1], "samples_per_s": samples_per_s, **sent}
 
     def eval_record(self):
         # Eval batches of the training size: a cached table holds the unique keys of one batch, not more.
         try:
-            result = evaluate(self.model, self.data.eval, self.data.n_tasks, self.config.eval_rows, self.batch_size,
-                              self.cluster)
+            result = evaluate(self.model, self.data.eval, self.data.n_tasks, self.config.data.eval_rows,
+                              self.batch_size, self.cluster.logits)
         except ValueError as e:  # the metrics refuse NaN or infinite logits
             raise DivergedError(f"the evaluation after step {self.step} failed: {e}; {self.advice()}") from None
         record = {"kind": "eval", "step": self.step, "epoch": self.pipeline.epoch, "samples": self.trainer.samples,
@@ -206,16 +202,17 @@ class Run:
         self._tmp.cleanup()
 
 
-def train(config, reporter=None, cluster=None):
-    """Train as ``config`` says, to its last step; returns a summary dict (see ``summarize``). ``cluster``: this
-    rank's place in a job of several, where only rank 0 writes the metrics file and the plot."""
+def train(config, reporter=None, comm=None):
+    """Train as ``config`` says, to its last step; returns a summary dict (see ``summarize``). ``comm``: the job's
+    communicator when this is one rank of several, where only rank 0 writes the metrics file and the plot."""
     reporter = reporter or Reporter()
-    run = Run(config, cluster=cluster)
-    lead = cluster is None or cluster.rank == 0
+    run = Run(config, comm=comm)
+    cluster = run.cluster
+    lead = cluster.lead
     try:
-        if config.resume:
+        if config.checkpoints.resume:
             run.resume()
-        log = MetricsLog(config.metrics_out if lead else None, run.step if config.resume else None)
+        log = MetricsLog(config.output.metrics_out if lead else None, run.step if config.checkpoints.resume else None)
 
         def write(record):
             log.write(record)
@@ -235,26 +232,25 @@ def train(config, reporter=None, cluster=None):
                 run.window.append(loss)
                 reporter.step(run, loss)
                 step, last = run.step, run.step == run.total_steps
-                if step % config.log_every == 0:
+                if step % config.output.log_every == 0:
                     write(run.train_record(lrs, timed * run.batch_size / max(busy, 1e-9)))
                     busy, timed = 0.0, 0
                 if step % run.eval_every == 0:
                     write(run.eval_record())
-                if config.checkpoint_dir and (last or config.checkpoint_every and step % config.checkpoint_every == 0):
+                if config.checkpoints.checkpoint_dir and (last or config.checkpoints.checkpoint_every and step % config.checkpoints.checkpoint_every == 0):
                     write({"kind": "checkpoint", "step": step, "path": run.save_checkpoint()})
                 if last and run.window:  # after the checkpoint, which keeps the window for the next record
                     write(run.train_record(lrs, timed * run.batch_size / max(busy, 1e-9)))
         seconds = time.perf_counter() - start
         evals = [r for r in log.records if r["kind"] == "eval"]
         again = not evals or evals[-1]["step"] != run.step  # resumed at the last step: evaluate what was loaded
-        if cluster is not None:  # only rank 0 read the records of the run that wrote the checkpoint
-            again = cluster.lead_says(again)
+        again = cluster.lead_says(again)  # only rank 0 read the records of the run that wrote the checkpoint
         if again:
             write(run.eval_record())
             evals.append(log.records[-1])
-        if config.plot and lead:
+        if config.output.plot and lead:
             from .plot import plot_metrics
-            plot_metrics(log.records, config.plot)
+            plot_metrics(log.records, config.output.plot)
         return summarize(run, evals[-1] if evals else None, run.step - first, seconds)
     finally:
         reporter.close()
@@ -270,5 +266,5 @@ def summarize(run, final, steps, seconds):
             "samples_per_s": samples / seconds if seconds > 0 else math.nan, "eval": final,
             "teacher_auc": run.data.teacher_auc, "checkpoint": run.last_checkpoint, "device": backend.DEVICE,
             "data": run.data.description,
-            **({} if run.cluster is None else {"ranks": run.cluster.world_size,
-                                               "comm_bytes_per_step": run.cluster.bytes_per_step(whole_run=True)})}
+            **({"ranks": run.cluster.world_size, "comm_bytes_per_step": run.cluster.bytes_per_step(whole_run=True)}
+               if run.cluster.world_size > 1 else {})}

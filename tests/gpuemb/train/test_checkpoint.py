@@ -36,7 +36,7 @@ def test_a_checkpoint_holds_the_parts_the_issue_lists(saved):
     assert (saved / "latest").read_text().strip() == "step-000000004"
     folder = saved / "step-000000004"
     body = ckpt.read_manifest(folder)
-    assert body["step"] == 4 and body["config"]["embedding_dim"] == 4
+    assert body["step"] == 4 and body["config"]["model"]["embedding_dim"] == 4
     state = ckpt.read_state(folder)
     assert {"top.layers.0.weight", "bottom.layers.0.bias"} <= state["trainer"]["model"].keys()
     assert state["trainer"]["optimizer"]["step_count"] == 4 and state["trainer"]["optimizer"]["params"]

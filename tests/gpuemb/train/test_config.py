@@ -9,8 +9,8 @@ from gpuemb.train.errors import ConfigError
 
 
 def test_defaults_check_themselves_and_round_trip_through_a_dict():
-    c = TrainConfig()
-    assert (c.model, c.store, c.precision, c.tables) == ("dlrm", "device", "fp32", "shared")
+    c = TrainConfig.of()
+    assert (c.model.name, c.store.placement, c.optimization.precision, c.model.tables) == ("dlrm", "device", "fp32", "shared")
     assert TrainConfig.from_dict(c.to_dict()) == c
     assert json.loads(json.dumps(c.to_dict())) == c.to_dict()  # a checkpoint records it as JSON
 
@@ -20,9 +20,9 @@ def test_a_toml_file_with_flag_style_keys_then_flags_on_top(tmp_path):
     path.write_text('model = "dcn"\nbatch-size = 512\nlr = 1\nembedding_lr = 0.05\nno-progress = true\n'
                     '[model_args]\nn_cross = 2\ndeep = [64, 32]\n')
     c = parse_config(["--config", str(path), "--batch-size", "256", "--model-arg", "rank=4"])
-    assert (c.model, c.batch_size, c.lr, c.embedding_lr, c.progress) == ("dcn", 256, 1.0, 0.05, False)
-    assert c.model_args == {"n_cross": 2, "deep": [64, 32], "rank": 4}  # the file's and the flag's, merged
-    assert isinstance(c.lr, float)
+    assert (c.model.name, c.optimization.batch_size, c.optimization.lr, c.optimization.embedding_lr, c.output.progress) == ("dcn", 256, 1.0, 0.05, False)
+    assert c.model.args == {"n_cross": 2, "deep": [64, 32], "rank": 4}  # the file's and the flag's, merged
+    assert isinstance(c.optimization.lr, float)
 
 
 def test_a_json_file_gives_the_same_config_as_flags(tmp_path):
@@ -32,7 +32,7 @@ def test_a_json_file_gives_the_same_config_as_flags(tmp_path):
     flags = ["--steps", "30", "--schedule", "cosine", "--warmup-steps", "5", "--resume", "--checkpoint-dir", "ck",
              "--label", "y", "--data", "x.csv", "--format", "csv"]
     assert parse_config(["--config", str(path)]) == parse_config(flags)
-    assert parse_config(flags).resume == "latest" and parse_config(flags).label == ["y"]
+    assert parse_config(flags).checkpoints.resume == "latest" and parse_config(flags).data.label == ["y"]
 
 
 @pytest.mark.parametrize("values,message", [
@@ -94,15 +94,15 @@ def test_reduced_precision_is_refused_on_the_cpu_only():
 
 
 def test_embedding_dtype_takes_fp32_or_fp16():
-    assert TrainConfig().embedding_dtype == "fp32" and TrainConfig(embedding_dtype="fp16").embedding_dtype == "fp16"
+    assert TrainConfig.of().store.embedding_dtype == "fp32" and TrainConfig.of(embedding_dtype="fp16").store.embedding_dtype == "fp16"
     with pytest.raises(ConfigError, match="--embedding-dtype: 'bf16' is not one of fp32, fp16"):
-        TrainConfig(embedding_dtype="bf16")
+        TrainConfig.of(embedding_dtype="bf16")
 
 
 def test_a_resume_may_change_how_long_and_what_it_writes_but_not_what_it_computes():
-    saved = TrainConfig(steps=10).to_dict()
-    assert resume_differences(saved, TrainConfig(steps=20, eval_every=5, metrics_out="m.jsonl")) == []
-    diff = resume_differences(saved, TrainConfig(steps=20, embedding_dim=8, model="dcn"))
+    saved = TrainConfig.of(steps=10).to_dict()
+    assert resume_differences(saved, TrainConfig.of(steps=20, eval_every=5, metrics_out="m.jsonl")) == []
+    diff = resume_differences(saved, TrainConfig.of(steps=20, embedding_dim=8, model="dcn"))
     assert [(k, a, b) for k, a, b in diff] == [("model", "dlrm", "dcn"), ("embedding_dim", 16, 8)]
 
 
@@ -113,4 +113,4 @@ def test_a_run_refuses_reduced_precision_on_the_cpu_before_building_anything():
     if backend.DEVICE != "cpu":
         pytest.skip("checks the CPU's refusal; this backend is " + backend.DEVICE)
     with pytest.raises(ConfigError, match="--precision: fp16 runs on a GPU only"):
-        Run(TrainConfig(precision="fp16"))
+        Run(TrainConfig.of(precision="fp16"))

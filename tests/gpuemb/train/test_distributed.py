@@ -13,7 +13,7 @@ from gpuemb.kernels import codecs
 from gpuemb.optim import LossScaler
 from gpuemb.train import ConfigError, Run, TrainConfig
 from gpuemb.train.config import CODECS, resume_differences
-from gpuemb.train.distributed import Cluster, RankBatches
+from gpuemb.train.cluster import Cluster, RankBatches
 from gpuemb.train.loop import Batches
 
 
@@ -43,7 +43,7 @@ def test_fp16_steps_refuse_column_shards_under_rowwise_adagrad():
 
 
 def test_a_resume_may_change_the_codecs_the_backend_and_the_sharding():
-    saved = TrainConfig().to_dict()
+    saved = TrainConfig.of().to_dict()
     now = TrainConfig.from_dict({"comm_codec": "int8", "comm_codec_backward": "fp16", "comm_backend": "mpi",
                                  "sharding": "row"})
     assert resume_differences(saved, now) == []

@@ -8,31 +8,31 @@ from gpuemb.train.model import table_configs
 
 
 def resolved(synthetic=True, **values):
-    return recipes.apply(TrainConfig(**values), synthetic)
+    return recipes.apply(TrainConfig.of(**values), synthetic)
 
 
 def test_a_model_without_a_recipe_gets_the_shared_defaults():
     c = resolved(model="dlrm")
-    assert (c.embedding_lr, c.embedding_init, c.embedding_init_scale, c.steps) == (
+    assert (c.optimization.embedding_lr, c.optimization.embedding_init, c.optimization.embedding_init_scale, c.optimization.steps) == (
         recipes.EMBEDDING_LR, "uniform", None, recipes.STEPS)
 
 
 @pytest.mark.parametrize("model", ["deepfm", "xdeepfm"])
 def test_the_fm_models_start_from_small_rows_at_a_lower_lr(model):
     c = resolved(model=model)
-    assert (c.embedding_lr, c.embedding_init, c.embedding_init_scale) == (0.05, "normal", 0.01)
-    assert c.embedding_lr < recipes.EMBEDDING_LR
+    assert (c.optimization.embedding_lr, c.optimization.embedding_init, c.optimization.embedding_init_scale) == (0.05, "normal", 0.01)
+    assert c.optimization.embedding_lr < recipes.EMBEDDING_LR
 
 
 def test_flags_win_over_the_recipe():
     c = resolved(model="deepfm", embedding_lr=0.3, embedding_init="uniform", embedding_init_scale=0.5, steps=7)
-    assert (c.embedding_lr, c.embedding_init, c.embedding_init_scale, c.steps) == (0.3, "uniform", 0.5, 7)
+    assert (c.optimization.embedding_lr, c.optimization.embedding_init, c.optimization.embedding_init_scale, c.optimization.steps) == (0.3, "uniform", 0.5, 7)
 
 
 def test_the_recipes_step_count_applies_to_synthetic_data_only():
-    assert resolved(model="pnn").steps == 1000
-    assert resolved(model="pnn", epochs=2).steps is None  # the epochs decide
-    assert resolved(synthetic=False, model="pnn").steps is None  # real data: an epoch, decided by run.py
+    assert resolved(model="pnn").optimization.steps == 1000
+    assert resolved(model="pnn", epochs=2).optimization.steps is None  # the epochs decide
+    assert resolved(synthetic=False, model="pnn").optimization.steps is None  # real data: an epoch, decided by run.py
 
 
 def test_applying_twice_changes_nothing():
@@ -41,10 +41,10 @@ def test_applying_twice_changes_nothing():
 
 
 def test_which_configs_train_on_synthetic_data():
-    assert uses_synthetic(TrainConfig())
-    assert uses_synthetic(TrainConfig(data="synthetic"))
-    assert not uses_synthetic(TrainConfig(model="mmoe"))  # census-income by default
-    assert not uses_synthetic(TrainConfig(data="shards/"))
+    assert uses_synthetic(TrainConfig.of())
+    assert uses_synthetic(TrainConfig.of(data="synthetic"))
+    assert not uses_synthetic(TrainConfig.of(model="mmoe"))  # census-income by default
+    assert not uses_synthetic(TrainConfig.of(data="shards/"))
 
 
 def test_the_tables_are_drawn_the_way_the_config_says():

@@ -1,62 +1,60 @@
-"""A run on several ranks: ``mpiexec -n W python tools/train.py ...`` (docs/distributed.md, "tools/train.py").
+"""This process's place in a job: ``Cluster``, a world of W ranks, W = 1 for a plain run.
 
-Every rank builds the same model from the same seed; ``Cluster.shard`` then swaps in the sharded embedding
-collections (``gpuemb.distributed.distribute``: model-parallel tables, dense parameters broadcast from rank 0)
-and keeps the dense gradients' allreduce, which the trainer runs between the backward and the optimizer step.
+Under ``mpiexec -n W python tools/train.py ...`` (docs/distributed.md, "tools/train.py") every rank builds the same
+model from the same seed; ``Cluster.shard`` then swaps in the sharded embedding collections
+(``gpuemb.distributed.distribute``: model-parallel tables, dense parameters broadcast from rank 0) and keeps the
+dense gradients' allreduce, which the trainer runs between the backward and the optimizer step. A world of one
+keeps its tables whole: its collections need no routing, and they prefetch the next batch's rows.
 
 Every rank reads every global batch of ``--batch-size`` rows from its own loader and trains on its part of it,
 rows ``[r G / W, (r + 1) G / W)``, so W ranks see exactly the data one process sees, and the loader's position (a
 checkpoint's) is that of the global batches whatever the world size. Evaluation splits each eval batch the same
-way and gathers the logits, so the metrics are those of the whole eval set.
-
-Checkpoints: each rank writes its shards (``<collection>.rank<r>-of-<W>.h5``) into the ``step-N`` folder, rank 0
-the dense state and the manifest once every shard file is whole, then renames the folder into place. A resume
-with another world size reshards (``load_sharded``); a checkpoint of one process is one snapshot of whole tables,
-as it always was, and loads into any number of ranks.
+way and gathers the logits, so the metrics are those of the whole eval set. In a world of one every collective
+is the local communicator's: the part is the whole batch, a mean is the value itself.
 """
 import os
-import shutil
 import uuid
 from collections import Counter
 
 import numpy as np
 
-from gpuemb.comm import CommCodecs
-from gpuemb.distributed import ShardedEmbeddingCollection, distribute, load_sharded, load_sharded_tables, \
-    save_sharded, shard_path
-from gpuemb.store.collection import EmbeddingCollection
-from gpuemb.store.snapshot import SnapshotError
+from gpuemb.comm import CommCodecs, LocalCommunicator
+from gpuemb.distributed import ShardedEmbeddingCollection, distribute
 
-from . import checkpoint as ckpt
 from .errors import CheckpointError, ConfigError
 from .loop import Batches
+from .model import collections_of
 
 # what a step sends, reported per step: the embeddings' all-to-alls and gathers, and the dense allreduce
 TAGS = ("a2a_keys", "a2a_fwd", "a2a_bwd", "column_sums", "dp_allgather", "allreduce")
 
 
-def collections_of(model, kind):
-    """``[(attribute, collection)]`` of the model's embedding collections of class ``kind``."""
-    return [(name, value) for name, value in vars(model).items() if isinstance(value, kind)]
-
-
 class Cluster:
-    """This process's place in a job of W > 1 ranks, and the collectives a run makes beside the model's own."""
+    """This process's place in a job of W ranks (W = 1: a plain run), and the collectives a run makes beside the
+    model's own."""
 
     def __init__(self, comm, config):
         self.comm, self.rank, self.world_size = comm, comm.rank, comm.world_size
-        self.codecs = CommCodecs(config.comm_codec, config.comm_codec_backward or config.comm_codec)
-        self.sharding, self.plan, self.allreduce = config.sharding, None, None
+        d = config.distributed
+        self.codecs = CommCodecs(d.comm_codec, d.comm_codec_backward or d.comm_codec)
+        self.sharding, self.plan, self._dense = d.sharding, None, None
         self._window, self._run = Counter(), Counter()  # bytes sent in train steps: since the last record, in all
         self._steps = [0, 0]
 
     @classmethod
     def of(cls, comm, config):
-        """A Cluster on ``comm``, or None for a world of one (or no communicator): a plain run."""
-        return None if comm is None or comm.world_size == 1 else cls(comm, config)
+        """A Cluster on ``comm`` (``gpuemb.comm.init()``); no communicator is a world of one."""
+        return cls(comm or LocalCommunicator(), config)
+
+    @property
+    def lead(self):
+        """Whether this is rank 0, the one that prints and writes the run's files."""
+        return self.rank == 0
 
     def describe(self):
         """One line: the ranks, the codecs and where the tables went."""
+        if self.plan is None:
+            return f"{self.world_size} rank ({self.comm.name}); tables whole"
         kinds = Counter()
         for p in self.plan.placements:
             where = f"on rank {p.shards[0].rank}" if p.kind == "table" else f"over {len(p.shards)} ranks"
@@ -74,9 +72,12 @@ class Cluster:
                               f"1/{self.world_size} of every batch)")
 
     def shard(self, model, batch_size):
-        """Shard ``model``'s tables over the ranks, as ``--sharding`` says, and broadcast its dense parameters."""
+        """Shard ``model``'s tables over the ranks, as ``--sharding`` says, and broadcast its dense parameters; a
+        world of one keeps the model as it is."""
+        if self.world_size == 1:
+            return model
         try:
-            self.allreduce = distribute(model, self.comm, codecs=self.codecs, batch_size=batch_size,
+            self._dense = distribute(model, self.comm, codecs=self.codecs, batch_size=batch_size,
                                         codec=self.codecs.forward, sharding=self.sharding)
         except ValueError as e:  # the planner's PlanError says what to change
             raise ConfigError(f"--sharding {self.sharding}: {e}") from None
@@ -91,6 +92,11 @@ class Cluster:
         return RankBatches(loader, self)
 
     # -- collectives of a step ------------------------------------------------------------------------------------
+    def allreduce(self):
+        """Average the dense gradients over the ranks (between the backward and the optimizer step)."""
+        if self._dense is not None:
+            self._dense()
+
     def part(self, batch):
         """This rank's rows of ``batch``: ``[r n / W, (r + 1) n / W)``."""
         n, r, W = batch.rows, self.rank, self.world_size
@@ -108,9 +114,10 @@ class Cluster:
         """Rank 0's ``flag``, on every rank (a choice only rank 0 can make, e.g. from the metrics file it read)."""
         return bool(self.comm.broadcast(np.array([flag], np.int64), root=0, tag="agree")[0])
 
-    def gather(self, x):
-        """The rows of ``x`` of every rank, in rank order: a batch's logits from its parts."""
-        return self.comm.allgather(x, tag="eval")
+    def logits(self, model, batch):
+        """The logits of the whole ``batch``: this rank's part through ``model``, gathered in rank order."""
+        mine = self.part(batch)
+        return self.comm.allgather(model(mine.dense, mine.sparse).data, tag="eval")
 
     # -- bytes per step -------------------------------------------------------------------------------------------
     def begin_step(self):
@@ -133,48 +140,15 @@ class Cluster:
         return {t: round(int(v) / max(steps, 1)) for t, v in zip(TAGS, total)}
 
     # -- checkpoints ----------------------------------------------------------------------------------------------
-    def save_checkpoint(self, directory, step, config, state, model, keep):
-        """Every rank's shards, then rank 0's dense state and manifest, into one ``step-N`` folder that appears
-        whole or not at all; returns its path on every rank."""
-        token = self._new_folder(directory, step)
-        name, final, tmp = ckpt.folder_names(directory, step, token)
-        try:
-            prefixes = [n for n, _ in collections_of(model, ShardedEmbeddingCollection)]
-            for n, collection in collections_of(model, ShardedEmbeddingCollection):
-                save_sharded(collection, os.path.join(tmp, n), meta={"step": step}, wrap=ckpt.FiniteRows)
-            error = None
-            if self.rank == 0:
-                try:
-                    ckpt.write_state(os.path.join(tmp, ckpt.STATE), state)
-                    files = {ckpt.STATE: ckpt.file_entry(os.path.join(tmp, ckpt.STATE), crc=True)}
-                    for n in prefixes:
-                        for r in range(self.world_size):
-                            path = shard_path(os.path.join(tmp, n), r, self.world_size)
-                            files[os.path.basename(path)] = ckpt.file_entry(path)
-                    ckpt.write_manifest(tmp, step, config, files,
-                                        sharded={"world_size": self.world_size, "collections": prefixes})
-                    ckpt.publish(directory, name, final, tmp, keep)
-                except Exception as e:  # raised below, once the other ranks know
-                    error = e
-            if not self.everywhere(error is None):
-                if error is not None:
-                    raise error
-                raise CheckpointError(f"rank 0 could not finish the checkpoint of step {step} in {directory} (its "
-                                      "error says why)")
-        except BaseException:
-            if self.rank == 0:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return final
-
-    def _new_folder(self, directory, step):
-        """Rank 0 makes the temporary folder; every rank gets its token, or every rank raises."""
+    def new_folder(self, directory, step, folder_names):
+        """Rank 0 makes the temporary folder of a checkpoint of ``step``; every rank gets its path, or every rank
+        raises. ``folder_names(directory, step, token)``: ``(name, final, tmp)``."""
         token, error = np.zeros(5, np.uint8), None
         if self.rank == 0:
             try:
                 os.makedirs(directory, exist_ok=True)
                 token[1:] = np.frombuffer(uuid.uuid4().bytes[:4], np.uint8)
-                os.mkdir(ckpt.folder_names(directory, step, token[1:].tobytes().hex())[2])
+                os.mkdir(folder_names(directory, step, token[1:].tobytes().hex())[2])
                 token[0] = 1
             except OSError as e:
                 error = e
@@ -184,7 +158,7 @@ class Cluster:
         if not token[0]:
             raise CheckpointError(f"--checkpoint-dir {directory}: rank 0 could not make the checkpoint's folder "
                                   "there (its error says why)")
-        return token[1:].tobytes().hex()
+        return folder_names(directory, step, token[1:].tobytes().hex())
 
 
 class RankBatches(Batches):
@@ -201,26 +175,3 @@ class RankBatches(Batches):
                 yield self.cluster.part(batch)
         finally:
             batches.close()  # stops the loader's prefetch thread
-
-
-def restore_tables(folder, manifest, model, tables, cluster):
-    """Load the fresh tables of ``model`` (``tables``: its ``{name: table}``) from the checkpoint in ``folder``,
-    whatever world size wrote it: one snapshot of whole tables (one process), or each rank's shard files."""
-    sharded = manifest.get("sharded")
-    if cluster is None and sharded is None:
-        return ckpt.load_tables(folder, tables)
-
-    def files(prefix):
-        if sharded is None:
-            return [os.path.join(folder, ckpt.EMBEDDINGS)]
-        return [shard_path(os.path.join(folder, prefix), r, sharded["world_size"]) for r in range(sharded["world_size"])]
-
-    try:
-        if cluster is None:
-            for prefix, collection in collections_of(model, EmbeddingCollection):
-                load_sharded_tables({t.config.name: t for t in collection.tables}, files(prefix))
-        else:
-            for prefix, collection in collections_of(model, ShardedEmbeddingCollection):
-                load_sharded(collection, files(prefix))
-    except (SnapshotError, ValueError) as e:
-        raise CheckpointError(f"{e}; resume from another checkpoint") from None

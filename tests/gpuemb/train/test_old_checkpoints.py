@@ -1,0 +1,27 @@
+"""Checkpoints written before the run config had sections (a flat config in the manifest) still resume."""
+import json
+import pathlib
+
+import pytest
+
+from gpuemb.autograd import backend
+from gpuemb.train import train
+from gpuemb.train.cli import parse_config
+
+FIXTURE = pathlib.Path(__file__).parent / "data" / "checkpoint-before-sections"
+README = json.loads((FIXTURE / "README.json").read_text())
+
+
+@pytest.mark.skipif(backend.DEVICE != "cpu", reason="the fixture's figures are the CPU's, bit for bit")
+@pytest.mark.parametrize("written_by", ["one", "two"])
+def test_a_checkpoint_of_the_flat_config_resumes_to_the_run_it_came_from(written_by):
+    folder = FIXTURE / written_by / "step-000000004"
+    assert "embedding_dim" in json.loads((folder / "manifest.json").read_text())["body"]["config"]  # flat, old
+    summary = train(parse_config(README["flags"] + ["--resume", str(folder), "--no-progress"]))
+    want = README["final_eval"]["one"]
+    assert summary["steps"] == 8 and summary["steps_this_run"] == 4
+    if written_by == "one":  # the same process, the same kernels: bit for bit
+        assert {k: summary["eval"][k] for k in want} == want
+    else:  # 2 ranks' dense allreduce sums in another order
+        assert summary["eval"]["log_loss"] == pytest.approx(want["log_loss"], rel=1e-5)
+        assert summary["eval"]["auc"] == pytest.approx(want["auc"], abs=1e-4)
