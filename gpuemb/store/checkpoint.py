@@ -5,11 +5,10 @@
 chain before it imports a row, so a corrupt file or a config that does not match leaves the tables as they were;
 it holds one chunk at a time (plus an incremental chain's newer keys), so a table larger than memory restores.
 """
-import json
 import os
 from collections.abc import Mapping
 
-from .snapshot import SnapshotChain, SnapshotError, TableSnapshot, _json, write_snapshot
+from .snapshot import SnapshotChain, SnapshotError, TableSnapshot, plain, write_snapshot
 from .table import EmbeddingTable
 
 
@@ -36,7 +35,7 @@ def _fields(d, prefix=""):
 def _check_config(name, part, table):
     """Raise a SnapshotError naming each field where a snapshot's config differs from the live table's."""
     # Where the rows live is not what they are: a table may come back on another placement, cache or ssd_path.
-    live = _fields(json.loads(_json(table.config.to_dict(), f"table {name!r}: config")))
+    live = _fields(plain(table.config.to_dict(), f"table {name!r}: config"))
     saved = _fields(part.config)
     diff = [f"{f} is {saved.get(f)!r} there and {live.get(f)!r} here" for f in sorted(saved.keys() | live.keys())
             if not f.startswith("options.") and saved.get(f) != live.get(f)]

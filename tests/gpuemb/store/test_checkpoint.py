@@ -120,7 +120,8 @@ def test_a_restore_holds_one_chunk_at_a_time(rng, tmp_path, monkeypatch):
     def refuse(self):
         raise AssertionError("load_snapshot staged a whole table")
 
-    monkeypatch.setattr(snapshot._Rows, "load_all", refuse)
+    for cls in (snapshot.SnapshotTable, snapshot.ChainTable):
+        monkeypatch.setattr(cls, "load_all", refuse)
     fresh = model(DEVICE)
     sizes = []
     for t in fresh.tables:
