@@ -23,8 +23,7 @@ import uuid
 import numpy as np
 
 from gpuemb.comm import LocalCommunicator
-from gpuemb.store.checkpoint import save_snapshot
-from gpuemb.store.snapshot import SnapshotError, read_snapshot
+from gpuemb.store.snapshot import SnapshotError, read_snapshot, save_snapshot
 
 from .layout import copy_columns, resized
 from .shards import LocalShard
@@ -71,7 +70,7 @@ def _same_config(saved, live):
 
 def _whole(snap):
     """The ``"sharded"`` meta of a save of one rank, for a snapshot of whole tables that ``save_sharded`` did not
-    write (``store.checkpoint.save_snapshot`` in one process)."""
+    write (``store.snapshot.save_snapshot`` in one process)."""
     shards = {n: {"kind": "table", "cols": [0, t.config["dim"]], "dim": t.config["dim"]} for n, t in snap.tables.items()}
     return {"id": f"whole:{snap.path}", "rank": 0, "world_size": 1, "shards": shards}
 

@@ -25,8 +25,7 @@ from datetime import datetime, timezone
 import h5py
 import numpy as np
 
-from gpuemb.store.checkpoint import load_snapshot, save_snapshot
-from gpuemb.store.snapshot import SnapshotError, fsync
+from gpuemb.store.snapshot import SnapshotError, fsync, load_snapshot, save_snapshot
 
 from .config import flag, resume_differences
 from .errors import CheckpointError, DivergedError, ResumeError

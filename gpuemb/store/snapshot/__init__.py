@@ -1,8 +1,10 @@
-"""Snapshots of embedding tables: the HDF5 format (``format.py``), its writer and its reader (docs/store.md,
-"Snapshot format")."""
+"""Snapshots of embedding tables: the HDF5 format (``format.py``), its writer and its reader, and saving and
+restoring live tables with them (``tables.py``; docs/store.md, "Saving and restoring", "Snapshot format")."""
 from .format import FORMAT, PARTS, VERSION, SnapshotError, TableSnapshot, layout_spans, plain
 from .reader import ChainTable, Snapshot, SnapshotChain, SnapshotTable, read_snapshot
+from .tables import load_snapshot, save_snapshot
 from .writer import fsync, write_snapshot
 
 __all__ = ["FORMAT", "PARTS", "VERSION", "SnapshotError", "TableSnapshot", "layout_spans", "plain", "ChainTable",
-           "Snapshot", "SnapshotChain", "SnapshotTable", "read_snapshot", "fsync", "write_snapshot"]
+           "Snapshot", "SnapshotChain", "SnapshotTable", "read_snapshot", "load_snapshot", "save_snapshot", "fsync",
+           "write_snapshot"]

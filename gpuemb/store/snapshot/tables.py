@@ -1,4 +1,5 @@
-"""Saving live tables to snapshots and restoring them: the glue between ``EmbeddingTable`` and ``snapshot``.
+"""Saving live tables to snapshots and restoring them: the glue between ``EmbeddingTable`` and the snapshot
+writer and reader.
 
 ``tables`` is one ``EmbeddingTable``, a mapping of names to tables, or a list of tables (an
 ``EmbeddingCollection``'s ``tables``) named by their configs. A restore reads and checks every snapshot of the
@@ -8,8 +9,11 @@ it holds one chunk at a time (plus an incremental chain's newer keys), so a tabl
 import os
 from collections.abc import Mapping
 
-from .snapshot import SnapshotChain, SnapshotError, TableSnapshot, plain, write_snapshot
-from .table import EmbeddingTable
+from gpuemb.store.table import EmbeddingTable
+
+from .format import SnapshotError, TableSnapshot, plain
+from .reader import SnapshotChain
+from .writer import write_snapshot
 
 
 def _named(tables):
