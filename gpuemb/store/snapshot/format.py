@@ -53,6 +53,24 @@ def _number(v):
     raise TypeError(f"{type(v).__name__} {v!r} is not JSON")
 
 
+def config_differences(saved, live, ignore=(), where="config"):
+    """``[(field, saved value, live value)]`` of the fields where two nested config dicts differ, compared as JSON
+    gives them back and named by their dotted path (``"rule.betas"``); a field one lacks is None there.
+    ``ignore``: fields, or whole groups by their prefix (``"options"``), left out. ``where`` names ``live`` in
+    the error if it is not JSON."""
+    a, b = _fields(plain(saved, where)), _fields(plain(live, where))
+    kept = [f for f in sorted(a.keys() | b.keys()) if not any(f == i or f.startswith(i + ".") for i in ignore)]
+    return [(f, a.get(f), b.get(f)) for f in kept if a.get(f) != b.get(f)]
+
+
+def _fields(d, prefix=""):
+    """``{"options.cache_rows": value, ...}``: a nested dict flattened to dotted field names."""
+    out = {}
+    for k, v in d.items():
+        out.update(_fields(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+    return out
+
+
 def layout_spans(layout, where):
     """``{part: [start, stop]}`` from slices or pairs, checked to tile the row columns from 0, weights first."""
     spans = {name: [s.start, s.stop] if isinstance(s, slice) else [int(s[0]), int(s[1])]
