@@ -6,8 +6,8 @@ A snapshot is plain HDF5 (docs/store.md, "Snapshot format"). File attributes: ``
 applies on, "" for a full one), ``created`` (UTC, ISO 8601) and ``meta`` (JSON). Each table is a group
 ``/tables/<name>`` with attributes ``config`` and ``layout`` (JSON: ``{part: [start, stop]}`` of the row columns,
 weights first), ``part_dtypes`` (JSON: ``{part: dtype}``, what each part's columns read as: a float16 table keeps
-float32 state as pairs of 16-bit columns, see ``row_format.py``), ``n_rows``, ``chunk_rows`` and ``has_steps``, and these datasets, all but ``checksums`` chunked
-by ``chunk_rows`` rows:
+float32 state as pairs of 16-bit columns, see ``row_format.py``), ``n_rows``, ``chunk_rows`` and ``has_steps``,
+and these datasets, all but ``checksums`` chunked by ``chunk_rows`` rows:
 
 ========= ============== ===================== ===================================================
 dataset   dtype          shape                 holds
