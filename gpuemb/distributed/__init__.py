@@ -6,7 +6,7 @@ from .dense import GradientAllreduce, broadcast_parameters
 from .model import distribute
 from .planning import plan_for
 from .routing import Arrivals, Route, Stream, streams_of
-from .snapshot import load_sharded, load_sharded_tables, save_sharded, shard_path
+from .sharded_snapshot import load_sharded, load_sharded_tables, save_sharded, shard_path
 
 __all__ = ["ShardedEmbeddingCollection", "ColumnShardTable", "GradientAllreduce", "broadcast_parameters",
            "distribute", "plan_for", "Arrivals", "Route", "Stream", "streams_of", "save_sharded", "load_sharded",

@@ -31,9 +31,8 @@ import numpy as np
 
 from gpuemb.distributed import ShardedEmbeddingCollection, load_sharded, load_sharded_tables, save_sharded, \
     shard_path
-from gpuemb.store.checkpoint import save_snapshot
 from gpuemb.store.collection import EmbeddingCollection
-from gpuemb.store.snapshot import SnapshotError, fsync
+from gpuemb.store.snapshot import SnapshotError, fsync, plain, save_snapshot
 
 from .config import flag, resume_differences
 from .errors import CheckpointError, DivergedError, ResumeError
@@ -49,11 +48,6 @@ def _crc32(path):
         while chunk := f.read(1 << 20):
             crc = zlib.crc32(chunk, crc)
     return crc
-
-
-def _json(value):
-    """JSON of plain Python values and NumPy scalars (a loader's position is one)."""
-    return json.dumps(value, default=lambda v: v.item() if isinstance(v, np.generic) else repr(v))
 
 
 def _body_crc(body):
@@ -74,11 +68,10 @@ def write_state(path, state):
                     f.create_dataset(f"optimizer/{name}/{key}", data=value)
         scalars = {"rule": optimizer["rule"], "schedule": optimizer["schedule"], "step_count":
                    optimizer["step_count"], "steps": {n: a["step"] for n, a in optimizer["params"].items()}}
-        f.attrs["optimizer"] = _json(scalars)
-        f.attrs["module_state"] = _json(state["trainer"]["module_state"])
-        f.attrs["loader"] = _json(state["loader"])
-        f.attrs["trainer"] = _json({"step": state["trainer"]["step"], "samples": state["trainer"]["samples"],
-                                         **state["loop"]})
+        trainer = {"step": state["trainer"]["step"], "samples": state["trainer"]["samples"], **state["loop"]}
+        for name, value in (("optimizer", scalars), ("module_state", state["trainer"]["module_state"]),
+                            ("loader", state["loader"]), ("trainer", trainer)):
+            f.attrs[name] = json.dumps(plain(value, f"{path}: {name}"))
     fsync(path)
 
 

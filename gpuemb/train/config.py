@@ -29,6 +29,7 @@ from gpuemb.kernels.codecs import CODECS
 from gpuemb.kernels.mlp import PRECISIONS
 from gpuemb.sharding.spec import SHARDINGS
 from gpuemb.store.options import INIT_KINDS, PLACEMENTS, SHORT_DTYPES
+from gpuemb.store.snapshot import plain
 
 from .errors import ConfigError
 from .settings import Section, check_value, default_of, flag_of, key_of, setting
@@ -397,11 +398,7 @@ def resume_differences(saved, config):
     missing = {k: now[k] if default_of(f) is None else default_of(f) for k, f in FIELDS.items() if k not in saved}
     saved = {**saved, **missing}
     return [(k, saved[k], now[k]) for k, f in FIELDS.items()
-            if not f.metadata["resumable"] and _plain(saved[k]) != _plain(now[k])]
-
-
-def _plain(value):
-    return json.loads(json.dumps(value))  # tuples and lists, ints and floats compare as a file saved them
+            if not f.metadata["resumable"] and plain(saved[k]) != plain(now[k])]  # as a file saved them
 
 
 __all__ = ["TrainConfig", "SECTIONS", "FIELDS", "GROUPS", "flag", "check_value", "check_precision",

@@ -48,6 +48,6 @@ def test_int8_all_to_alls_stay_within_the_codec_bound_both_ways(rng, mpiexec):
 ])
 def test_a_snapshot_of_n_ranks_loads_into_m_resharded_by_key(saved, loaded, tmp_path, rng, mpiexec):
     seed, prefix = rng.integers(1 << 30), tmp_path / "emb"
-    mpiexec(saved[0], "snapshot.py", "save", saved[1], seed, prefix)
+    mpiexec(saved[0], "sharded_snapshot.py", "save", saved[1], seed, prefix)
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"emb.rank{r}-of-{saved[0]}.h5" for r in range(saved[0])]
-    mpiexec(loaded[0], "snapshot.py", "load", loaded[1], seed, prefix, saved[0])
+    mpiexec(loaded[0], "sharded_snapshot.py", "load", loaded[1], seed, prefix, saved[0])

@@ -9,10 +9,10 @@ import pytest
 from gpuemb.autograd import Tensor
 from gpuemb.autograd.backend import to_host
 from gpuemb.optim import AdagradRule, AdamRule, RowwiseAdagradRule, SGDRule, init_rows, row_layout
-from gpuemb.store.checkpoint import load_snapshot, save_snapshot
 from gpuemb.store.init import initial_weights
 from gpuemb.store.options import Initializer, StoreOptions, TableConfig
 from gpuemb.store.row_format import RowFormat
+from gpuemb.store.snapshot import load_snapshot, save_snapshot
 from gpuemb.store.table import EmbeddingTable
 
 D = 6

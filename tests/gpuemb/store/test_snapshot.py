@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from gpuemb.autograd.backend import to_host
-from gpuemb.store import snapshot
 from gpuemb.store.snapshot import (FORMAT, SnapshotChain, SnapshotError, TableSnapshot, read_snapshot,
-                                   write_snapshot)
+                                   write_snapshot, writer)
 
 ADAM = {"weights": [0, 4], "m": [4, 8], "v": [8, 12]}
 ADAGRAD = {"weights": slice(0, 6), "sum_sq": slice(6, 7)}  # as optim.rowwise.row_layout gives it
@@ -19,12 +18,12 @@ SGD = {"weights": [0, 5]}
 @pytest.fixture
 def synced(monkeypatch):
     """``(path, existed)`` of each fsync the writer makes, in order; the fsyncs still happen."""
-    calls, fsync = [], snapshot.fsync
+    calls, fsync = [], writer.fsync
 
     def record(path):
         calls.append((path, os.path.exists(path)))
         fsync(path)
-    monkeypatch.setattr(snapshot, "fsync", record)
+    monkeypatch.setattr(writer, "fsync", record)
     return calls
 
 

@@ -8,9 +8,8 @@ from gpuemb import comm, optim
 from gpuemb.autograd import no_grad
 from gpuemb.distributed import ShardedEmbeddingCollection, load_sharded, load_sharded_tables, save_sharded, shard_path
 from gpuemb.sharding import Placement, Plan, RankBudget, Shard, TableSpec
-from gpuemb.store.checkpoint import save_snapshot
-from gpuemb.store.snapshot import SnapshotError
 from gpuemb.store.options import TableConfig
+from gpuemb.store.snapshot import SnapshotError, save_snapshot
 from gpuemb.store.table import EmbeddingTable
 
 D = 4

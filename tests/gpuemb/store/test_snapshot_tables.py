@@ -4,10 +4,9 @@ import pytest
 
 from gpuemb.autograd import Tensor, bce_with_logits
 from gpuemb.optim import AdamRule
-from gpuemb.store.checkpoint import load_snapshot, save_snapshot
 from gpuemb.store.collection import EmbeddingCollection
 from gpuemb.store.options import Initializer, StoreOptions, TableConfig
-from gpuemb.store.snapshot import SnapshotError, read_snapshot
+from gpuemb.store.snapshot import SnapshotError, load_snapshot, read_snapshot, save_snapshot
 
 D, F, B, KEYS = 4, 2, 16, 200
 HOST = StoreOptions("host", cache_rows=24, slab_rows=32)  # a batch's 16 keys fit; the ~100 in play do not
@@ -110,9 +109,10 @@ def test_a_restore_holds_one_chunk_at_a_time(rng, tmp_path, monkeypatch):
     """A table larger than memory restores: rows go in a stored chunk at a time, never staged whole."""
     import functools
 
-    from gpuemb.store import checkpoint, snapshot
+    from gpuemb.store import snapshot
+    from gpuemb.store.snapshot import tables
 
-    monkeypatch.setattr(checkpoint, "write_snapshot", functools.partial(snapshot.write_snapshot, chunk_rows=16))
+    monkeypatch.setattr(tables, "write_snapshot", functools.partial(snapshot.write_snapshot, chunk_rows=16))
     first = model(DEVICE)
     train(first, stream(rng, 6), rng.standard_normal((F * D, 1)).astype(np.float32))
     save_snapshot(first.tables, tmp_path / "s0.h5")
@@ -120,7 +120,8 @@ def test_a_restore_holds_one_chunk_at_a_time(rng, tmp_path, monkeypatch):
     def refuse(self):
         raise AssertionError("load_snapshot staged a whole table")
 
-    monkeypatch.setattr(snapshot._Rows, "load_all", refuse)
+    for cls in (snapshot.SnapshotTable, snapshot.ChainTable):
+        monkeypatch.setattr(cls, "load_all", refuse)
     fresh = model(DEVICE)
     sizes = []
     for t in fresh.tables:

@@ -1,16 +1,19 @@
-"""Saving live tables to snapshots and restoring them: the glue between ``EmbeddingTable`` and ``snapshot``.
+"""Saving live tables to snapshots and restoring them: the glue between ``EmbeddingTable`` and the snapshot
+writer and reader.
 
 ``tables`` is one ``EmbeddingTable``, a mapping of names to tables, or a list of tables (an
 ``EmbeddingCollection``'s ``tables``) named by their configs. A restore reads and checks every snapshot of the
 chain before it imports a row, so a corrupt file or a config that does not match leaves the tables as they were;
 it holds one chunk at a time (plus an incremental chain's newer keys), so a table larger than memory restores.
 """
-import json
 import os
 from collections.abc import Mapping
 
-from .snapshot import SnapshotChain, SnapshotError, TableSnapshot, _json, write_snapshot
-from .table import EmbeddingTable
+from gpuemb.store.table import EmbeddingTable
+
+from .format import SnapshotError, TableSnapshot, config_differences
+from .reader import SnapshotChain
+from .writer import write_snapshot
 
 
 def _named(tables):
@@ -25,23 +28,13 @@ def _named(tables):
     return named
 
 
-def _fields(d, prefix=""):
-    """``{"options.cache_rows": value, ...}``: a nested config dict flattened to dotted field names."""
-    out = {}
-    for k, v in d.items():
-        out.update(_fields(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
-    return out
-
-
-def _check_config(name, part, table):
-    """Raise a SnapshotError naming each field where a snapshot's config differs from the live table's."""
-    # Where the rows live is not what they are: a table may come back on another placement, cache or ssd_path.
-    live = _fields(json.loads(_json(table.config.to_dict(), f"table {name!r}: config")))
-    saved = _fields(part.config)
-    diff = [f"{f} is {saved.get(f)!r} there and {live.get(f)!r} here" for f in sorted(saved.keys() | live.keys())
-            if not f.startswith("options.") and saved.get(f) != live.get(f)]
+def check_config(part, name, live, ignore=("options",)):
+    """Raise a SnapshotError naming each field where the config of ``part``, a table ``name`` read from a snapshot,
+    differs from ``live``, a live table's ``config.to_dict()``; ``ignore``: as ``config_differences`` takes it."""
+    diff = config_differences(part.config, live, ignore, f"table {name!r}: config")
     if diff:
-        raise SnapshotError(f"{part.path}: table {name!r} was saved with another config: {'; '.join(diff)}; "
+        fields = "; ".join(f"{f} is {saved!r} there and {now!r} here" for f, saved, now in diff)
+        raise SnapshotError(f"{part.path}: table {name!r} was saved with another config: {fields}; "
                             "build the table with the config it was saved with")
 
 
@@ -79,7 +72,9 @@ def load_snapshot(tables, paths):
             raise SnapshotError(f"load_snapshot: {paths} hold no table {name!r}, only "
                                 f"{sorted(chain.tables)}; pass the snapshots this table was saved to")
         for part in chain.tables[name].parts:
-            _check_config(name, part, t)
+            # Where the rows live is not what they are: a table may come back on another placement, cache or
+            # ssd_path.
+            check_config(part, name, t.config.to_dict())
     # Every chunk's checksums are checked in a first pass that keeps nothing, so a corrupt file changes no table
     # and a table larger than memory restores a chunk at a time; the second pass imports.
     counts = {name: sum(k.size for k, _, _ in chain.tables[name].chunks()) for name in tables}

@@ -1,0 +1,120 @@
+"""The snapshot format: keys, rows and config of embedding tables in one HDF5 file (DESIGN.md, "The embedding
+store"), and what a writer and a reader of it share.
+
+A snapshot is plain HDF5 (docs/store.md, "Snapshot format"). File attributes: ``format`` = "gpuemb-snapshot",
+``version`` = 1, ``id`` (a fresh hex id), ``kind`` ("full" or "incremental"), ``base`` (the id an incremental
+applies on, "" for a full one), ``created`` (UTC, ISO 8601) and ``meta`` (JSON). Each table is a group
+``/tables/<name>`` with attributes ``config`` and ``layout`` (JSON: ``{part: [start, stop]}`` of the row columns,
+weights first), ``part_dtypes`` (JSON: ``{part: dtype}``, what each part's columns read as: a float16 table keeps
+float32 state as pairs of 16-bit columns, see ``row_format.py``), ``n_rows``, ``chunk_rows`` and ``has_steps``,
+and these datasets, all but ``checksums`` chunked by ``chunk_rows`` rows:
+
+========= ============== ===================== ===================================================
+dataset   dtype          shape                 holds
+========= ============== ===================== ===================================================
+keys      int64          ``[n_rows]``          the feature IDs, each once
+rows      float32/16     ``[n_rows, width]``   ``[weights | optimizer state]`` per key
+steps     int (as given) ``[n_rows]``          the per-row step counter, only when ``has_steps``
+checksums uint32         ``[n_chunks, 3]``     CRC32 of chunk i's keys, rows and steps (0 without steps)
+========= ============== ===================== ===================================================
+
+Chunk i holds rows ``i * chunk_rows`` up to ``min((i + 1) * chunk_rows, n_rows)``, and its checksums cover
+the bytes of exactly those rows in C order. The file is written beside its target as a temp file, synced, and
+renamed over it, so the target is always a whole snapshot; a temp file left by a killed process is named
+``.<name>.tmp-*``. Readers check the structure when opening and every chunk's checksums as they read it.
+"""
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuemb.store.errors import StoreError
+
+FORMAT, VERSION = "gpuemb-snapshot", 1
+PARTS = ("keys", "rows", "steps")
+
+
+class SnapshotError(StoreError):
+    """A snapshot is missing, of another format, truncated or corrupt, or does not fit its chain."""
+
+
+def plain(value, where="value"):
+    """``value`` as JSON gives it back: NumPy scalars as Python numbers, tuples as lists; a ValueError names
+    ``where`` if it holds anything else than numbers, strings, lists and dicts."""
+    try:
+        return json.loads(json.dumps(value, default=_number))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: cannot be written as JSON ({e}); use numbers, strings, lists and dicts") from None
+
+
+def _number(v):
+    if isinstance(v, np.generic):  # e.g. a float32 setting: JSON takes it as the Python number
+        return v.item()
+    raise TypeError(f"{type(v).__name__} {v!r} is not JSON")
+
+
+def config_differences(saved, live, ignore=(), where="config"):
+    """``[(field, saved value, live value)]`` of the fields where two nested config dicts differ, compared as JSON
+    gives them back and named by their dotted path (``"rule.betas"``); a field one lacks is None there.
+    ``ignore``: fields, or whole groups by their prefix (``"options"``), left out. ``where`` names ``live`` in
+    the error if it is not JSON."""
+    a, b = _fields(plain(saved, where)), _fields(plain(live, where))
+    kept = [f for f in sorted(a.keys() | b.keys()) if not any(f == i or f.startswith(i + ".") for i in ignore)]
+    return [(f, a.get(f), b.get(f)) for f in kept if a.get(f) != b.get(f)]
+
+
+def _fields(d, prefix=""):
+    """``{"options.cache_rows": value, ...}``: a nested dict flattened to dotted field names."""
+    out = {}
+    for k, v in d.items():
+        out.update(_fields(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+    return out
+
+
+def layout_spans(layout, where):
+    """``{part: [start, stop]}`` from slices or pairs, checked to tile the row columns from 0, weights first."""
+    spans = {name: [s.start, s.stop] if isinstance(s, slice) else [int(s[0]), int(s[1])]
+             for name, s in layout.items()}
+    stops = [0] + [stop for _, stop in spans.values()]
+    if next(iter(spans), None) != "weights" or [start for start, _ in spans.values()] != stops[:-1] or \
+            any(a >= b for a, b in zip(stops, stops[1:])):
+        raise ValueError(f"{where}: layout {spans} must start with 'weights' and tile the row columns from 0 "
+                         "without gaps; pass optim.rowwise.row_layout(rule, D)")
+    return spans
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    """One table's config, row layout and rows: arrays ``keys [n]``, ``rows [n, width]``, ``steps [n]`` or None
+    (NumPy or CuPy), or, from ``from_chunks``, an iterable of ``(keys, rows, steps)`` for a table too big to hold.
+    ``part_dtypes``: ``{part: dtype}`` where a part reads as another dtype than the rows (None: none does)."""
+    config: dict
+    layout: dict
+    keys: object = None
+    rows: object = None
+    steps: object = None
+    source: object = field(default=None, repr=False)
+    part_dtypes: dict = None
+
+    @classmethod
+    def from_chunks(cls, config, layout, chunks, part_dtypes=None):
+        """A table streamed from ``chunks``, an iterable of ``(keys, rows, steps)`` of any sizes, read once."""
+        return cls(config, layout, source=chunks, part_dtypes=part_dtypes)
+
+    def validate(self, name):
+        if (self.source is None) == (self.keys is None or self.rows is None):
+            raise ValueError(f"TableSnapshot {name!r}: give either keys and rows, or chunks through from_chunks")
+        layout_spans(self.layout, f"TableSnapshot {name!r}")
+        return self
+
+    @property
+    def width(self):
+        return list(layout_spans(self.layout, "TableSnapshot").values())[-1][1]
+
+    def chunks(self, chunk_rows):
+        """``(keys, rows, steps)`` pieces: slices of ``chunk_rows`` rows (one, maybe empty, at least), or as given."""
+        if self.source is not None:
+            return iter(self.source)
+        s = self.steps
+        return ((self.keys[a:a + chunk_rows], self.rows[a:a + chunk_rows], None if s is None else s[a:a + chunk_rows])
+                for a in range(0, max(len(self.keys), 1), chunk_rows))

@@ -1,0 +1,223 @@
+"""Reading a snapshot (``format.py``): its structure checked on opening, and each chunk's checksums as it is
+read; ``SnapshotChain`` reads a full snapshot and its incrementals as one."""
+import json
+import os
+import zlib
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+
+from .format import FORMAT, PARTS, VERSION, SnapshotError, TableSnapshot
+
+_RESTORE = "restore from another snapshot or write this one again"
+
+
+@contextmanager
+def _open(path):
+    """The snapshot file open for reading; a SnapshotError says why it cannot be."""
+    if not os.path.isfile(path):
+        raise SnapshotError(f"{path}: no such snapshot file; check the path")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise SnapshotError(f"{path}: cannot be opened as HDF5 ({e}); the file is truncated or corrupt, "
+                            f"so {_RESTORE}") from None
+    with f:
+        yield f
+
+
+class _Rows:
+    """What a snapshot's table and a chain's table share: loading all rows at once."""
+
+    def load_all(self):
+        """All rows as a TableSnapshot of NumPy arrays; for tables that fit in memory."""
+        got = list(self.chunks())
+        keys = np.concatenate([k for k, _, _ in got] or [np.empty(0, np.int64)])
+        rows = np.concatenate([r for _, r, _ in got] or [np.empty((0, self.width), self.dtype)])
+        steps = None
+        if self.step_dtype is not None:
+            steps = np.concatenate([s for _, _, s in got] or [np.empty(0, self.step_dtype)])
+        return TableSnapshot(self.config, self.layout, keys, rows, steps)
+
+    @property
+    def width(self):
+        return list(self.layout.values())[-1][1]
+
+
+@dataclass(frozen=True)
+class SnapshotTable(_Rows):
+    """One table of a snapshot file: its config and layout, and its rows read a chunk at a time."""
+    path: str
+    name: str
+    config: dict
+    layout: dict
+    n_rows: int
+    chunk_rows: int
+    dtype: np.dtype
+    step_dtype: np.dtype | None
+    verify: bool = True
+
+    def chunks(self):
+        """``(keys, rows, steps)`` NumPy arrays per stored chunk, each checked against its checksums."""
+        return self._read(PARTS if self.step_dtype is not None else PARTS[:2])
+
+    def keys(self):
+        """All keys ``[n_rows]``, without reading the rows."""
+        return np.concatenate([k for k, *_ in self._read(PARTS[:1])] or [np.empty(0, np.int64)])
+
+    def _read(self, parts):
+        with _open(self.path) as f:
+            g = f["tables"][self.name]
+            sums = g["checksums"][...]
+            for i, a in enumerate(range(0, self.n_rows, self.chunk_rows)):
+                b = min(a + self.chunk_rows, self.n_rows)
+                where = f"{self.path}: table {self.name!r}, chunk {i} (rows {a}:{b})"
+                try:
+                    got = [g[p][a:b] for p in parts]
+                except (OSError, ValueError, KeyError) as e:
+                    raise SnapshotError(f"{where} cannot be read ({e}); the file is truncated or corrupt, "
+                                        f"so {_RESTORE}") from None
+                for j, (p, arr) in enumerate(zip(parts, got)):
+                    crc = zlib.crc32(arr)
+                    if self.verify and crc != sums[i, j]:
+                        raise SnapshotError(f"{where}: the {p} checksum is {crc:#010x} but the file recorded "
+                                            f"{int(sums[i, j]):#010x}; the snapshot is corrupt, so {_RESTORE}")
+                yield tuple(got) + (None,) * (len(PARTS) - len(got))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A snapshot file's attributes, and its tables by name."""
+    path: str
+    id: str
+    kind: str
+    base: str | None
+    created: str
+    meta: dict
+    tables: dict
+
+    @property
+    def incremental(self):
+        return self.kind == "incremental"
+
+
+def _attr(obj, name, where):
+    if name not in obj.attrs:
+        raise SnapshotError(f"{where}: attribute {name!r} is missing, so this is not a complete gpuemb snapshot; "
+                            f"{_RESTORE}")
+    v = obj.attrs[name]
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _table(f, path, name, verify):
+    where = f"{path}: table {name!r}"
+    g = f["tables"][name]
+    for p in ("keys", "rows", "checksums") + (("steps",) if _attr(g, "has_steps", where) else ()):
+        if p not in g:
+            raise SnapshotError(f"{where}: dataset {p!r} is missing; {_RESTORE}")
+    layout = json.loads(_attr(g, "layout", where))
+    n, c = int(_attr(g, "n_rows", where)), int(_attr(g, "chunk_rows", where))
+    t = SnapshotTable(path, name, json.loads(_attr(g, "config", where)), layout, n, c, g["rows"].dtype,
+                      g["steps"].dtype if "steps" in g else None, verify)
+    want = {"keys": (n,), "rows": (n, t.width), "steps": (n,), "checksums": (-(-n // c), 3)}
+    for p, shape in want.items():
+        if p in g and g[p].shape != shape:
+            raise SnapshotError(f"{where}: dataset {p!r} has shape {g[p].shape}, but the attributes say {shape}; "
+                                f"the snapshot is truncated or corrupt, so {_RESTORE}")
+    return t
+
+
+def read_snapshot(path, verify=True):
+    """A Snapshot of the file at ``path``, checked to be whole; with ``verify`` its tables check every chunk read."""
+    path = os.fspath(path)
+    with _open(path) as f:
+        try:
+            if _attr(f, "format", path) != FORMAT:
+                raise SnapshotError(f"{path}: format is {_attr(f, 'format', path)!r}, not {FORMAT!r}; "
+                                    "this file is not a gpuemb snapshot")
+            if int(_attr(f, "version", path)) != VERSION:
+                raise SnapshotError(f"{path}: snapshot version {_attr(f, 'version', path)}, but this gpuemb reads "
+                                    f"version {VERSION}; read it with the gpuemb that wrote it")
+            kind = _attr(f, "kind", path)
+            if kind not in ("full", "incremental") or "tables" not in f:
+                raise SnapshotError(f"{path}: kind {kind!r} or the /tables group is wrong; {_RESTORE}")
+            tables = {name: _table(f, path, name, verify) for name in f["tables"]}
+            return Snapshot(path, _attr(f, "id", path), kind, _attr(f, "base", path) or None,
+                            _attr(f, "created", path), json.loads(_attr(f, "meta", path)), tables)
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            raise SnapshotError(f"{path}: cannot be read ({type(e).__name__}: {e}); the file is corrupt, "
+                                f"so {_RESTORE}") from None
+
+
+@dataclass(frozen=True)
+class ChainTable(_Rows):
+    """One table across a chain: each key once, with its row from the latest snapshot that holds it."""
+    name: str
+    parts: tuple
+
+    @property
+    def config(self):
+        return self.parts[-1].config
+
+    @property
+    def layout(self):
+        return self.parts[0].layout
+
+    @property
+    def dtype(self):
+        return next((p.dtype for p in self.parts if p.n_rows), self.parts[0].dtype)
+
+    @property
+    def step_dtype(self):
+        return next((p.step_dtype for p in self.parts if p.n_rows), self.parts[0].step_dtype)
+
+    def chunks(self):
+        """``(keys, rows, steps)`` per stored chunk, less the keys a later snapshot overrides.
+
+        Holds the keys of the later snapshots in memory: incrementals are small by design.
+        """
+        newer = [np.empty(0, np.int64)]  # newer[j]: the keys of the last j snapshots
+        for part in reversed(self.parts[1:]):
+            newer.append(np.union1d(newer[-1], part.keys()))
+        for i, part in enumerate(self.parts):
+            over = newer[len(self.parts) - 1 - i]
+            for keys, rows, steps in part.chunks():
+                keep = ~np.isin(keys, over)
+                yield keys[keep], rows[keep], None if steps is None else steps[keep]
+
+
+class SnapshotChain:
+    """A full snapshot and the incrementals written after it, in order; ``tables[name]`` is each key's latest row."""
+
+    def __init__(self, snapshots, verify=True):
+        snaps = [s if isinstance(s, Snapshot) else read_snapshot(s, verify) for s in snapshots]
+        if not snaps:
+            raise ValueError("SnapshotChain: no snapshots; give a full snapshot, then its incrementals in order")
+        if snaps[0].incremental:
+            raise SnapshotError(f"{snaps[0].path}: is an incremental snapshot on base {snaps[0].base}; start the "
+                                "chain with that full snapshot")
+        for prev, s in zip(snaps, snaps[1:]):
+            if not s.incremental:
+                raise SnapshotError(f"{s.path}: is a full snapshot ({s.id}) inside a chain; start a new chain there")
+            if s.base != prev.id:
+                raise SnapshotError(f"{s.path}: applies on snapshot {s.base}, but the snapshot before it, "
+                                    f"{prev.path}, is {prev.id}; list the incrementals in the order they were "
+                                    "written, each after its base")
+        self.snapshots = tuple(snaps)
+        parts = {}
+        for s in snaps:
+            for name, t in s.tables.items():
+                parts.setdefault(name, []).append(t)
+        for name, ts in parts.items():
+            kinds = {(json.dumps(t.layout), str(t.dtype), str(t.step_dtype)) for t in ts if t.n_rows}
+            if len(kinds) > 1:
+                raise SnapshotError(f"table {name!r}: its layout, row dtype or steps differ across "
+                                    f"{[t.path for t in ts]}: {sorted(kinds)}; a chain must keep each table's rows")
+        self.tables = {name: ChainTable(name, tuple(ts)) for name, ts in parts.items()}
+
+    @property
+    def id(self):
+        """The id of the latest snapshot: the base of the next incremental."""
+        return self.snapshots[-1].id
