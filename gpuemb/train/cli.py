@@ -68,9 +68,9 @@ def _argument(f):
     elif kind == "choice":
         kw.update(choices=choices_of(f))
     else:
-        kw.update(type={"int": int, "float": float, "str": str}[kind], metavar=f.name.split("_")[-1].upper())
-    if key_of(f) == "resume":
-        kw.update(nargs="?", const="latest", metavar="PATH")
+        kw.update(type={"int": int, "float": float, "str": str}[kind], metavar=key_of(f).split("_")[-1].upper())
+    if m["bare"] is not None:
+        kw.update(nargs="?", const=m["bare"], metavar="PATH")
     return kw
 
 

@@ -185,8 +185,8 @@ class CheckpointSettings(Section):
     checkpoint_every: int = setting(0, "steps between checkpoints; 0 saves one at the end only", low=0,
                                     resumable=True)
     keep_checkpoints: int = setting(2, "complete checkpoints kept; older ones are removed", low=1, resumable=True)
-    resume: str = setting(None, "continue from a checkpoint: 'latest' in --checkpoint-dir, or a path", kind="str",
-                          resumable=True)
+    resume: str = setting(None, "continue from a checkpoint: 'latest' in --checkpoint-dir (the flag alone), or a "
+                          "path", kind="str", resumable=True, bare="latest")
 
     def check(self):
         if self.resume == "latest" and not self.checkpoint_dir:
@@ -342,8 +342,8 @@ def normalize(values, where):
             raise ConfigError(f"{where}: unknown key {key!r}{hint}; `tools/train.py --help` lists them all")
         name, inverted = ALIASES[name]
         kind = FIELDS[name].metadata["kind"]
-        if name == "resume" and value is True:
-            value = "latest"
+        if value is True and FIELDS[name].metadata["bare"] is not None:
+            value = FIELDS[name].metadata["bare"]
         if kind == "float" and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)  # TOML and JSON write 1 for 1.0
         if kind == "list" and isinstance(value, (str, tuple)):
