@@ -30,6 +30,7 @@ from gpuemb.autograd import Function
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
 from .chunks import chunk_size
+from .mlp import PRECISIONS
 from gpuemb.autograd.launch import stream_for
 
 MAX_ROWS_CUDA = 128  # n = F + 1 the CUDA kernels take: the shared tile is [128, 33] (17 KiB in float32)
@@ -312,8 +313,9 @@ class DotInteraction(Function):
     """
 
     def __init__(self, self_interaction=False, pad_to=8, precision="fp32"):
-        if precision not in ("fp32", "fp16", "bf16"):
-            raise ValueError(f"DotInteraction: precision={precision!r}; use fp32, fp16 or bf16")
+        if precision not in PRECISIONS:
+            *most, last = PRECISIONS
+            raise ValueError(f"DotInteraction: precision={precision!r}; use {', '.join(most)} or {last}")
         self.self_interaction, self.pad_to = bool(self_interaction), int(pad_to)
         self.half = precision == "fp16"
 
