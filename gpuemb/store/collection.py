@@ -12,20 +12,18 @@ import numpy as np
 
 from gpuemb.autograd import concat
 from gpuemb.autograd.backend import to_host
+from gpuemb.io.hashing import GOLDEN, splitmix64_finalizer
 from gpuemb.nn.module import Module
 
 from .table import EmbeddingTable
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
 
 def feature_keys(keys, feature):
-    """``keys`` (int64) of feature ``feature`` moved into its own part of a shared key space."""
+    """``keys`` (int64) of feature ``feature`` moved into its own part of a shared key space; ``feature`` may be an
+    array that broadcasts against ``keys`` (``np.arange(F)`` for ``keys [B, F]``)."""
     with np.errstate(over="ignore"):
-        z = np.asarray(keys, np.int64).view(np.uint64) + np.uint64(feature + 1) * _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return (z ^ (z >> np.uint64(31))).view(np.int64)
+        z = np.asarray(keys, np.int64).view(np.uint64) + np.uint64(feature + 1) * GOLDEN
+        return splitmix64_finalizer(z).view(np.int64)
 
 
 def stackable(configs, n_features, owner):
