@@ -40,6 +40,15 @@ def stackable(configs, n_features, owner):
     return configs, dims.pop()
 
 
+def mixed_keys(sparse, n_features, shared, owner, note=""):
+    """``sparse [B, F]`` as the host int64 keys the tables hold: each feature's keys mixed with its index where the
+    ``n_features`` features share one table; ``owner`` names the caller and ``note`` adds to the shape error."""
+    sparse = np.asarray(to_host(sparse), np.int64)
+    if sparse.ndim != 2 or sparse.shape[1] != n_features:
+        raise ValueError(f"{owner}: sparse has shape {sparse.shape}; want [B, F] with F = {n_features}{note}")
+    return feature_keys(sparse, np.arange(n_features)) if shared else sparse
+
+
 class EmbeddingCollection(Module):
     """F features over ``configs``: one ``TableConfig`` per feature, or one config and ``n_features`` to share it.
 
@@ -57,14 +66,10 @@ class EmbeddingCollection(Module):
     def table_keys(self, sparse):
         """``[(table, keys)]``: the keys each table looks up in a forward on ``sparse [B, F]`` (int64), in the order
         the forward looks them up. A prefetch given the same keys hands the lookup its sort and pinned slots."""
-        sparse = np.asarray(to_host(sparse), np.int64)
-        if sparse.ndim != 2 or sparse.shape[1] != self.n_features:
-            raise ValueError(f"EmbeddingCollection: sparse is [B, F] = {sparse.shape}, this collection has "
-                             f"{self.n_features} features")
+        keys = mixed_keys(sparse, self.n_features, self.shared, "EmbeddingCollection")
         if self.shared:
-            mixed = np.stack([feature_keys(sparse[:, f], f) for f in range(self.n_features)], axis=1)
-            return [(self.tables[0], mixed.reshape(-1))]
-        return [(t, sparse[:, f]) for f, t in enumerate(self.tables)]
+            return [(self.tables[0], keys.reshape(-1))]
+        return [(t, keys[:, f]) for f, t in enumerate(self.tables)]
 
     def forward(self, sparse):
         if isinstance(sparse, (list, tuple)):
