@@ -45,7 +45,8 @@ def mixed_keys(sparse, n_features, shared, owner, note=""):
     ``n_features`` features share one table; ``owner`` names the caller and ``note`` adds to the shape error."""
     sparse = np.asarray(to_host(sparse), np.int64)
     if sparse.ndim != 2 or sparse.shape[1] != n_features:
-        raise ValueError(f"{owner}: sparse has shape {sparse.shape}; want [B, F] with F = {n_features}{note}")
+        raise ValueError(f"{owner}: sparse has shape {sparse.shape}; want [B, F]: this collection has {n_features} "
+                         f"features{note}")
     return feature_keys(sparse, np.arange(n_features)) if shared else sparse
 
 
