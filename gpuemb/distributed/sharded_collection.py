@@ -15,7 +15,7 @@ from gpuemb.store.collection import mixed_keys, stackable
 
 from .column import couples_columns
 from .exchange import ShardedLookup
-from .planning import plan_for
+from .default_plan import plan_for
 from .routing import streams_of
 from .shards import check_against_plan, local_shards
 
