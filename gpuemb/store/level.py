@@ -19,22 +19,8 @@ from gpuemb.autograd.backend import get_array_module, to_host
 
 from .errors import StoreFullError
 from .key_index import KeyIndex
-from .slab import SlabAllocator
+from .slab import SlabAllocator, grown_to
 from .tiers import DeviceTier
-
-
-def _fit(a, size):
-    """``a`` zero-extended to at least ``size`` elements, for per-slot arrays that follow the tier's capacity.
-
-    The tier grows a slab at a time; growing these arrays to exactly its capacity would copy them whole at every
-    slab, quadratic in the rows (1,500 copies of up to 100M slots for a 100M-row table in 64k-row slabs). They grow
-    by a quarter at least instead, like the allocator's used flags; the slots past the capacity stay zero, which
-    every reader takes as unoccupied."""
-    if a.shape[0] >= size:
-        return a
-    grown = np.zeros(max(size, a.shape[0] + a.shape[0] // 4), a.dtype)
-    grown[:a.shape[0]] = a
-    return grown
 
 
 class EvictionPolicy:
@@ -54,8 +40,8 @@ class EvictionPolicy:
         return self.last.nbytes + self.count.nbytes + self.pins.nbytes + self.occupied.nbytes
 
     def grow(self, capacity):
-        self.last, self.count = _fit(self.last, capacity), _fit(self.count, capacity)
-        self.pins, self.occupied = _fit(self.pins, capacity), _fit(self.occupied, capacity)
+        self.last, self.count = grown_to(self.last, capacity), grown_to(self.count, capacity)
+        self.pins, self.occupied = grown_to(self.pins, capacity), grown_to(self.occupied, capacity)
 
     def insert(self, slots):
         self.occupied[slots], self.count[slots], self.pins[slots] = True, 0, 0
@@ -187,7 +173,7 @@ class RowLevel:
         xp = get_array_module(self.index.keys)
         slots = to_host(self.index.insert_or_find(keys, lambda n: xp.asarray(self.alloc.alloc(n)))[0])
         cap = self.tier.capacity
-        self.keys, self.steps, self.dirty = _fit(self.keys, cap), _fit(self.steps, cap), _fit(self.dirty, cap)
+        self.keys, self.steps, self.dirty = (grown_to(a, cap) for a in (self.keys, self.steps, self.dirty))
         self.policy.grow(cap)
         self.policy.insert(slots)
         self.keys[slots] = keys

@@ -1,7 +1,7 @@
-"""What every level of the store shares: the eviction policy and the per-slot arrays that follow the tier."""
+"""What every level of the store shares: the eviction policy."""
 import numpy as np
 
-from gpuemb.store.level import EvictionPolicy, _fit
+from gpuemb.store.level import EvictionPolicy
 
 
 def test_policy_evicts_least_recent_or_least_frequent():
@@ -17,12 +17,3 @@ def test_policy_evicts_least_recent_or_least_frequent():
         p.pin(np.array([5]))
         assert sorted(p.victims(2).tolist()) == want
         assert p.victims(6) is None  # one is pinned
-
-
-def test_per_slot_arrays_grow_by_a_quarter_not_a_slab_at_a_time():
-    # growing to exactly the capacity at every slab copied them whole each time: quadratic in the rows
-    a = np.arange(1, 101, dtype=np.int32)
-    b = _fit(a, 101)
-    assert b.shape[0] == 125 and np.array_equal(b[:100], a) and not b[100:].any()
-    assert _fit(b, 120) is b  # room left: no copy
-    assert _fit(b, 1000).shape[0] == 1000  # a jump past a quarter takes what is asked
