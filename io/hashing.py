@@ -29,13 +29,24 @@ _S30, _S27, _S31, _M1, _M2 = _U(30), _U(27), _U(31), _U(0xBF58476D1CE4E5B9), _U(
 _ONE, _TEN, _SIXTEEN, _U64MAX = _U(1), _U(10), _U(16), _U(0xFFFFFFFFFFFFFFFF)
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
-def splitmix64(x):
-    """splitmix64's output function of ``x + golden``: a bijection of uint64 that scrambles every bit."""
-    z = x + GOLDEN
+def splitmix64_finalizer(z):
+    """splitmix64's finalizer of uint64 ``z``: a bijection in which every input bit moves every output bit.
+
+    The one definition, in plain Python: it runs as is on NumPy uint64 arrays (overflow wraps), and its users
+    compile it where they need it, ``numba.njit(inline="always")`` on the CPU and ``cuda.jit(device=True)`` on the
+    GPU (the key index's probe hash)."""
     z = (z ^ (z >> _S30)) * _M1
     z = (z ^ (z >> _S27)) * _M2
     return z ^ (z >> _S31)
+
+
+_finalizer = numba.njit(inline="always")(splitmix64_finalizer)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def splitmix64(x):
+    """splitmix64's output function of ``x + golden``: a bijection of uint64 that scrambles every bit."""
+    return _finalizer(x + GOLDEN)
 
 
 @numba.njit(nogil=True, cache=True, inline="always")

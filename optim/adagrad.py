@@ -35,8 +35,12 @@ class AdagradRule(UpdateRule, name="adagrad"):
         xp = get_array_module(param)
         g = self.decayed(param, grad)
         acc = state["sum"]
-        acc += g * g
+        acc += self.squares(g)
         param -= lr * g / (xp.sqrt(acc) + self.eps)
+
+    def squares(self, g):
+        """What a step adds to the accumulator: ``g²``, one per weight."""
+        return g * g
 
 
 class Adagrad(Optimizer, name="adagrad"):

@@ -7,8 +7,8 @@ Adam's weight decay is L2 folded into ``g``; AdamW's is decoupled from it: ``w -
 from dataclasses import dataclass
 
 from gpuemb.autograd.backend import get_array_module
+from gpuemb.autograd.checks import check
 
-from .config import check
 from .optimizer import Optimizer
 from .rule import UpdateRule
 

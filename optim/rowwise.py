@@ -16,6 +16,7 @@ twins and are tested against it.
 import numpy as np
 
 from gpuemb.autograd.backend import get_array_module, is_device_array
+from gpuemb.autograd.checks import fail
 
 from .rowwise_kernels import apply_rows_cpu, apply_rows_cuda, has_kernel
 
@@ -54,24 +55,24 @@ def apply_rows_ref(storage, steps, slots, grads, rule, lr):
 
 
 def _check(storage, steps, slots, grads, rule):
-    def fail(what):
-        raise ValueError(f"apply_rows: {what}")
-
+    owner = "apply_rows"
     if storage.ndim != 2 or grads.ndim != 2 or slots.ndim != 1 or slots.dtype.kind not in "iu":
-        fail(f"want storage [capacity, width], integer slots [n] and grads [n, D]; got shapes {storage.shape}, "
-             f"{slots.shape} ({slots.dtype}) and {grads.shape}")
+        fail(owner, f"want storage [capacity, width], integer slots [n] and grads [n, D]; got shapes "
+             f"{storage.shape}, {slots.shape} ({slots.dtype}) and {grads.shape}")
     if grads.shape[0] != slots.shape[0]:
-        fail(f"{slots.shape[0]} slots but {grads.shape[0]} gradient rows; give one summed gradient row per slot")
+        fail(owner, f"{slots.shape[0]} slots but {grads.shape[0]} gradient rows; give one summed gradient row per "
+             "slot")
     if storage.dtype != grads.dtype or storage.dtype.kind != "f":
-        fail(f"storage is {storage.dtype} and grads {grads.dtype}; use one float dtype for both")
+        fail(owner, f"storage is {storage.dtype} and grads {grads.dtype}; use one float dtype for both")
     width = row_width(rule, grads.shape[1])
     if storage.shape[1] < width:
-        fail(f"storage rows are {storage.shape[1]} wide, but {type(rule).__name__} at D={grads.shape[1]} needs "
-             f"{width} ({', '.join(row_layout(rule, grads.shape[1]))}); make the rows with init_rows")
+        fail(owner, f"storage rows are {storage.shape[1]} wide, but {type(rule).__name__} at D={grads.shape[1]} "
+             f"needs {width} ({', '.join(row_layout(rule, grads.shape[1]))}); make the rows with init_rows")
     if steps is None and rule.needs_step:
-        fail(f"{type(rule).__name__} counts each row's updates; pass steps, an integer array [capacity]")
+        fail(owner, f"{type(rule).__name__} counts each row's updates; pass steps, an integer array [capacity]")
     if steps is not None and (steps.shape != storage.shape[:1] or steps.dtype.kind != "i"):
-        fail(f"steps has shape {steps.shape} ({steps.dtype}); want a signed integer array [{storage.shape[0]}]")
+        fail(owner, f"steps has shape {steps.shape} ({steps.dtype}); want a signed integer array "
+             f"[{storage.shape[0]}]")
     if slots.size and (int(slots.min()) < 0 or int(slots.max()) >= storage.shape[0]):
         raise IndexError(f"apply_rows: slots span [{int(slots.min())}, {int(slots.max())}], outside the "
                          f"storage's {storage.shape[0]} rows")

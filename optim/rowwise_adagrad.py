@@ -22,9 +22,6 @@ class RowwiseAdagradRule(AdagradRule, name="rowwise_adagrad"):
         xp = get_array_module(param)
         return {"sum": xp.full(param.shape[:-1] + (1,), self.initial_accumulator_value, dtype=param.dtype)}
 
-    def update(self, param, grad, state, lr, step):
-        xp = get_array_module(param)
-        g = self.decayed(param, grad)
-        acc = state["sum"]
-        acc += (g * g).mean(axis=-1, keepdims=True)
-        param -= lr * g / (xp.sqrt(acc) + self.eps)
+    def squares(self, g):
+        """What a step adds to the accumulator: the row's mean of ``g²``, ``[..., 1]``."""
+        return (g * g).mean(axis=-1, keepdims=True)

@@ -5,7 +5,8 @@
 """
 from dataclasses import dataclass
 
-from .config import check
+from gpuemb.autograd.checks import check
+
 from .optimizer import Optimizer
 from .rule import UpdateRule
 

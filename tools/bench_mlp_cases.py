@@ -9,25 +9,17 @@ from gpuemb.kernels.relu_dropout import relu_dropout, relu_dropout_backward
 P = 0.5
 
 
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
-
-
-def _relu_dropout_case(xp, torch, B, H):
+def _relu_dropout_case(xp, B, H):
     rng = np.random.default_rng(0)
-    x, gy = (xp.asarray(rng.standard_normal((B, H), dtype=np.float32)) for _ in range(2))
+    x, gy = benchlib.arrays(xp, rng, (B, H), (B, H))
 
     def run():
         y, mask = relu_dropout(x, P, seed=1, step=2)
         return relu_dropout_backward(gy, mask, 1 / (1 - P))
 
+    torch, device = benchlib.peer(xp)
     torch_run = None
     if torch is not None:
-        device = "cpu" if xp is np else "cuda"
         tx = torch.as_tensor(np.asarray(rng.standard_normal((B, H), dtype=np.float32)), device=device)
         tgy = torch.ones_like(tx)
 
@@ -42,7 +34,7 @@ def _relu_dropout_case(xp, torch, B, H):
                          torch_run=torch_run)
 
 
-def _mlp_case(xp, torch, B, sizes):
+def _mlp_case(xp, B, sizes):
     rng = np.random.default_rng(1)
     x = Tensor(xp.asarray(rng.standard_normal((B, sizes[0]), dtype=np.float32)), requires_grad=True)
     params = []
@@ -59,9 +51,9 @@ def _mlp_case(xp, torch, B, sizes):
         FusedMLP(layers, step=3).apply(x, *params).backward(gy)
         return x.grad
 
+    torch, device = benchlib.peer(xp)
     torch_run = None
     if torch is not None:
-        device = "cpu" if xp is np else "cuda"
         net = torch.nn.Sequential(*[m for a, b in zip(sizes, sizes[1:])
                                     for m in (torch.nn.Linear(a, b), torch.nn.ReLU(), torch.nn.Dropout(P))]).to(device)
         tx = torch.as_tensor(np.asarray(rng.standard_normal((B, sizes[0]), dtype=np.float32)), device=device)
@@ -81,9 +73,8 @@ def _mlp_case(xp, torch, B, sizes):
 
 def cases(xp, quick):
     """relu_dropout and fused MLP cases on the array module xp; quick: smaller shapes."""
-    torch = _torch()
     if quick:
-        return [_relu_dropout_case(xp, torch, 512, 256), _mlp_case(xp, torch, 256, [128, 64])]
-    return [_relu_dropout_case(xp, torch, 4096, 1024),
-            _mlp_case(xp, torch, 2048, [512, 256]),
-            _mlp_case(xp, torch, 2048, [1024, 1024, 512, 256])]
+        return [_relu_dropout_case(xp, 512, 256), _mlp_case(xp, 256, [128, 64])]
+    return [_relu_dropout_case(xp, 4096, 1024),
+            _mlp_case(xp, 2048, [512, 256]),
+            _mlp_case(xp, 2048, [1024, 1024, 512, 256])]

@@ -6,6 +6,10 @@ case the same way and prints one table.
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+import numpy as np
+
+from gpuemb.autograd.backend import to_host
+
 
 @dataclass(frozen=True)
 class Case:
@@ -25,3 +29,22 @@ class Case:
     bytes: Optional[int] = None
     flops: Optional[int] = None
     torch_run: Optional[Callable[[], object]] = None
+
+
+def peer(xp):
+    """(torch, its device name) where torch imports, else (None, None): the peer that cases time beside ours."""
+    try:
+        import torch
+    except ImportError:
+        return None, None
+    return torch, "cpu" if xp.__name__ == "numpy" else "cuda"
+
+
+def arrays(xp, rng, *shapes):
+    """Standard normal float32 arrays of ``shapes`` on ``xp``, drawn from ``rng``."""
+    return [xp.asarray(rng.standard_normal(s, dtype=np.float32)) for s in shapes]
+
+
+def leaf(torch, device, a):
+    """A torch leaf that requires a gradient, holding a copy of ``a``."""
+    return torch.as_tensor(to_host(a), device=device).requires_grad_()

@@ -1,10 +1,10 @@
 """gpuemb.distributed: embeddings sharded over ranks (model-parallel), dense layers data-parallel, and snapshots
 that reshard across world sizes (DESIGN.md, "Communication and sharding"; docs/distributed.md)."""
-from .collection import ShardedEmbeddingCollection
+from .sharded_collection import ShardedEmbeddingCollection
 from .column import ColumnShardTable
 from .dense import GradientAllreduce, broadcast_parameters
-from .model import distribute
-from .planning import plan_for
+from .distribute_model import distribute
+from .default_plan import plan_for
 from .routing import Arrivals, Route, Stream, streams_of
 from .sharded_snapshot import load_sharded, load_sharded_tables, save_sharded, shard_path
 

@@ -10,6 +10,7 @@ import os
 import numpy as np
 
 from gpuemb.autograd import Tensor
+from gpuemb.autograd.checks import check_int, fail, is_int
 from gpuemb.autograd.backend import to_device
 from gpuemb.nn import Module
 from gpuemb.store.collection import EmbeddingCollection
@@ -28,11 +29,6 @@ def linear_config(cfg):
         options = dataclasses.replace(options, ssd_path=f"{root}.linear{ext}")
     return dataclasses.replace(cfg, name=cfg.name + "_linear", dim=1, options=options,
                                initializer=Initializer("zeros", seed=cfg.initializer.seed))
-
-
-def is_count(value, low):
-    """Whether ``value`` is an int (not a bool) >= ``low``."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= low
 
 
 class RecModel(Module):
@@ -55,8 +51,7 @@ class RecModel(Module):
         if unknown:
             valid = ", ".join(sorted([*self.defaults, "n_features"]))
             raise TypeError(f"{name}: unknown hyperparameter(s) {', '.join(unknown)}; valid ones are {valid}")
-        if not is_count(n_dense, 0):
-            raise ValueError(f"{name}: n_dense={n_dense!r}; use an int >= 0 (the dense features per sample)")
+        check_int(name, "n_dense", n_dense, 0, note=" (the dense features per sample)")
         configs = self._configs(tables, n_features)
         linear = [linear_config(c) for c in configs] if self.first_order else []
         names = [c.name for c in configs + linear]
@@ -82,9 +77,7 @@ class RecModel(Module):
             raise ValueError(f"{name}: one TableConfig is a table shared by several features: pass "
                              "n_features=F, or a list of TableConfigs, one per feature")
         if n_features is not None:
-            if not is_count(n_features, 1):
-                raise ValueError(f"{name}: n_features={n_features!r}; use an int >= 1, the features sharing the "
-                                 "table")
+            check_int(name, "n_features", n_features, 1, note=", the features sharing the table")
             if len(tables) != 1:
                 raise ValueError(f"{name}: n_features={n_features} shares one table; with a list of "
                                  f"{len(tables)} TableConfigs drop n_features (each feature has its table)")
@@ -96,12 +89,13 @@ class RecModel(Module):
         return int(self._seeds.spawn(1)[0].generate_state(1, np.uint64)[0])
 
     def fail(self, key, value, want):
-        raise ValueError(f"{type(self).__name__}: {key}={value!r}; {want}")
+        """Raise ValueError: hyperparameter ``key`` has the bad ``value``; ``want`` says what to use."""
+        fail(type(self).__name__, f"{key}={value!r}; {want}")
 
     def sizes(self, key, allow_empty=True):
         """Hyperparameter ``key`` as a tuple of layer widths, checked."""
         value = self.hyper[key]
-        if not isinstance(value, (list, tuple)) or not all(is_count(v, 1) for v in value) or not (value or allow_empty):
+        if not isinstance(value, (list, tuple)) or not all(is_int(v, 1) for v in value) or not (value or allow_empty):
             self.fail(key, value, "use a " + ("" if allow_empty else "non-empty ")
                       + "tuple of layer widths, each an int >= 1")
         return tuple(int(v) for v in value)
@@ -111,8 +105,7 @@ class RecModel(Module):
         value = self.hyper[key]
         if value is None and allow_none:
             return None
-        if not is_count(value, low):
-            self.fail(key, value, f"use an int >= {low}" + (" or None" if allow_none else ""))
+        check_int(type(self).__name__, key, value, low, allow_none)
         return int(value)
 
     def probability(self, key):

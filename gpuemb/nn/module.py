@@ -14,6 +14,7 @@ import numpy as np
 
 from gpuemb.autograd import Tensor
 from gpuemb.autograd.backend import get_array_module, to_host
+from gpuemb.autograd.checks import fail, is_int
 from gpuemb.kernels.mlp import PRECISIONS
 
 
@@ -88,8 +89,8 @@ class Module:
 
         Dropout draws each element by its row's index, so W ranks that each train a slice of the global batch,
         told where their slice starts, draw the masks one process draws on the whole batch."""
-        if isinstance(row0, bool) or not isinstance(row0, (int, np.integer)) or row0 < 0:
-            raise ValueError(f"set_row0: {row0!r}; use an int >= 0, the index of the first row in the global batch")
+        if not is_int(row0, 0):
+            fail("set_row0", f"{row0!r}; use an int >= 0, the index of the first row in the global batch")
         for m in self.modules():
             m.row0 = int(row0)
         return self

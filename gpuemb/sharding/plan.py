@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuemb.autograd.checks import fail
 from gpuemb.io.hashing import mix_array
 
 from .cost import CODEC_BYTES, HOMES, rank_costs
@@ -127,21 +128,18 @@ class Plan:
 
 def _check(plan):
     """Raise ValueError naming the first thing in ``plan`` that no planner would write."""
-    def fail(where, message):
-        raise ValueError(f"Plan: {where}: {message}")
-
     W = plan.world_size
     if W < 1 or not all(isinstance(b, RankBudget) for b in plan.budgets):
-        fail("budgets", "give one RankBudget per rank")
+        fail("Plan: budgets", "give one RankBudget per rank")
     if plan.codec not in CODEC_BYTES:
-        fail("codec", f"{plan.codec!r}; use one of {', '.join(CODEC_BYTES)}")
+        fail("Plan: codec", f"{plan.codec!r}; use one of {', '.join(CODEC_BYTES)}")
     if not isinstance(plan.batch_size, int) or plan.batch_size < 1:
-        fail("batch_size", f"{plan.batch_size!r}; use an int >= 1 (samples per step over all ranks)")
+        fail("Plan: batch_size", f"{plan.batch_size!r}; use an int >= 1 (samples per step over all ranks)")
     names = [p.table.name for p in plan.placements]
     if len(set(names)) != len(names):
-        fail("placements", f"table names repeat in {names}; give each table one placement")
+        fail("Plan: placements", f"table names repeat in {names}; give each table one placement")
     for p in plan.placements:
-        where = f"table {p.table.name!r}"
+        where = f"Plan: table {p.table.name!r}"
         if p.kind not in KINDS:
             fail(where, f"kind {p.kind!r}; use one of {', '.join(KINDS)}")
         if not p.shards:

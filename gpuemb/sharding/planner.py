@@ -22,6 +22,8 @@ The rules, in order:
 import dataclasses
 import math
 
+from gpuemb.autograd.checks import fail
+
 from .cost import (CODEC_BYTES, HOMES, INDEX_BYTES, Memory, RankCost, human_bytes, placement_costs, row_bytes,
                    shard_memory, unique_rows)
 from .plan import Placement, Plan, Shard
@@ -192,7 +194,7 @@ def _remedies(st, spec, tables):
     return out
 
 
-def _fail(st, spec, tables):
+def _no_fit_error(st, spec, tables):
     device, host, ssd = (human_bytes(sum(getattr(b, f) for b in st.budgets))
                          for f in ("device_bytes", "host_bytes", "ssd_bytes"))
     return PlanError(
@@ -204,24 +206,24 @@ def _fail(st, spec, tables):
 
 
 def _check(tables, budgets, batch_size, codec, dp_max_bytes, cache_fraction):
-    def fail(message):
-        raise ValueError(f"plan_tables: {message}")
-
+    owner = "plan_tables"
     if not tables or not all(isinstance(t, TableSpec) for t in tables):
-        fail("tables must be a non-empty list of TableSpec")
+        fail(owner, "tables must be a non-empty list of TableSpec")
     names = [t.name for t in tables]
     if len(set(names)) != len(names):
-        fail(f"table names repeat ({sorted(n for n in set(names) if names.count(n) > 1)}); give each a unique name")
+        fail(owner, f"table names repeat ({sorted(n for n in set(names) if names.count(n) > 1)}); give each a "
+             "unique name")
     if not budgets or not all(isinstance(b, RankBudget) for b in budgets):
-        fail("budgets must be a non-empty list of RankBudget, one per rank")
+        fail(owner, "budgets must be a non-empty list of RankBudget, one per rank")
     if not isinstance(batch_size, int) or batch_size < len(budgets):
-        fail(f"batch_size={batch_size!r}; use an int >= the {len(budgets)} ranks (samples per step, all ranks)")
+        fail(owner, f"batch_size={batch_size!r}; use an int >= the {len(budgets)} ranks (samples per step, all "
+             "ranks)")
     if codec not in CODEC_BYTES:
-        fail(f"codec={codec!r}; use one of {', '.join(CODEC_BYTES)}")
+        fail(owner, f"codec={codec!r}; use one of {', '.join(CODEC_BYTES)}")
     if not isinstance(dp_max_bytes, (int, float)) or dp_max_bytes < 0:
-        fail(f"dp_max_bytes={dp_max_bytes!r}; use bytes >= 0 (0 turns data-parallel off)")
+        fail(owner, f"dp_max_bytes={dp_max_bytes!r}; use bytes >= 0 (0 turns data-parallel off)")
     if not (isinstance(cache_fraction, (int, float)) and 0 < cache_fraction <= 1):
-        fail(f"cache_fraction={cache_fraction!r}; use a number in (0, 1]")
+        fail(owner, f"cache_fraction={cache_fraction!r}; use a number in (0, 1]")
 
 
 def plan_tables(tables, budgets, batch_size=65536, codec="fp32", dp_max_bytes=1 << 20, cache_fraction=0.25):
@@ -237,7 +239,7 @@ def plan_tables(tables, budgets, batch_size=65536, codec="fp32", dp_max_bytes=1 
         if p:
             placed[t.name] = p
         elif t.sharding == "data":
-            raise _fail(st, t, tables)
+            raise _no_fit_error(st, t, tables)
         else:
             rest.append(t)
     pending = {t.name: shard_memory(t, t.rows).device for t in rest}
@@ -246,5 +248,5 @@ def plan_tables(tables, budgets, batch_size=65536, codec="fp32", dp_max_bytes=1 
         st.reserve = sum(pending.values()) / st.W
         placed[t.name] = _place(st, t)
         if placed[t.name] is None:
-            raise _fail(st, t, tables)
+            raise _no_fit_error(st, t, tables)
     return Plan(budgets, tuple(_grow_caches(st, placed[t.name]) for t in tables), batch_size, codec)

@@ -11,13 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuemb import optim
+from gpuemb.autograd.checks import check_int, fail
 
 POOLINGS = ("sum", "mean", None)
 SHARDINGS = ("auto", "table", "row", "column", "data")
-
-
-def _is_int(value):
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -40,32 +37,28 @@ class TableSpec:
     sharding: str = "auto"
 
     def __post_init__(self):
-        def fail(message):
-            raise ValueError(f"TableSpec({self.name!r}): {message}")
-
+        owner = f"TableSpec({self.name!r})"
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"TableSpec: name={self.name!r}; give the table a non-empty string name")
+            fail("TableSpec", f"name={self.name!r}; give the table a non-empty string name")
         for field in ("rows", "dim"):
-            value = getattr(self, field)
-            if not _is_int(value) or value < 1:
-                fail(f"{field}={value!r}; use an int >= 1")
+            check_int(owner, field, getattr(self, field), 1)
         lps = self.lookups_per_sample
         if not (isinstance(lps, (int, float)) and not isinstance(lps, bool) and math.isfinite(lps) and lps > 0):
-            fail(f"lookups_per_sample={lps!r}; use a finite number > 0 (the mean keys per sample)")
+            fail(owner, f"lookups_per_sample={lps!r}; use a finite number > 0 (the mean keys per sample)")
         if self.pooling not in POOLINGS:
-            fail(f"pooling={self.pooling!r}; use 'sum', 'mean' or None")
+            fail(owner, f"pooling={self.pooling!r}; use 'sum', 'mean' or None")
         try:
             kind = np.dtype(self.dtype).kind
         except TypeError:
             kind = None
         if kind != "f":
-            fail(f"dtype={self.dtype!r}; use a float dtype such as float32 or float16")
+            fail(owner, f"dtype={self.dtype!r}; use a float dtype such as float32 or float16")
         try:
             optim.rule_class(self.rule, "")
         except ValueError:
-            fail(f"rule={self.rule!r}; use one of {', '.join(c.__name__ for c in optim.RULES.values())}")
+            fail(owner, f"rule={self.rule!r}; use one of {', '.join(c.__name__ for c in optim.RULES.values())}")
         if self.sharding not in SHARDINGS:
-            fail(f"sharding={self.sharding!r}; use one of {', '.join(SHARDINGS)}")
+            fail(owner, f"sharding={self.sharding!r}; use one of {', '.join(SHARDINGS)}")
 
     @classmethod
     def from_config(cls, config, rows, lookups_per_sample=1.0, pooling="sum", sharding="auto"):
@@ -98,11 +91,9 @@ class RankBudget:
 
     def __post_init__(self):
         for field in ("device_bytes", "host_bytes", "ssd_bytes"):
-            value = getattr(self, field)
-            if not _is_int(value) or value < 0:
-                raise ValueError(f"RankBudget: {field}={value!r}; use an int >= 0 (bytes)")
+            check_int("RankBudget", field, getattr(self, field), 0, note=" (bytes)")
         if self.device_bytes == 0:
-            raise ValueError("RankBudget: device_bytes=0; a rank computes on device rows, so give it device memory")
+            fail("RankBudget", "device_bytes=0; a rank computes on device rows, so give it device memory")
 
     def to_dict(self):
         return dataclasses.asdict(self)

@@ -1,217 +1,36 @@
-"""One level of the embedding store: the rows of some keys in one tier, bounded or not, with write-back below it.
+"""A cache level of the embedding store: a bounded ``RowLevel`` over the level below it, with write-back.
 
-A table is a chain of levels, top first: the device rows the lookup reads, then optionally a host cache, then the
-home level that holds every key (DESIGN.md, "The embedding store"). Each level has its own ``KeyIndex`` (key ->
-slot) and ``SlabAllocator``, and beside the tier, per slot: the key, the row's update count (``steps``), a dirty
-flag (changed since it came from below), a pin count, and the policy's bookkeeping. A bounded level evicts by
-its policy when full: the dirty rows of the victims go to the level below (write-back), or, at the home, the
-victims' keys are dropped. Pinned rows are never evicted: a batch pins its rows from lookup (or prefetch) until
-its update, so its slots stay valid.
-
-The bookkeeping is NumPy on the host, vectorised per batch: a level scans its slots once per eviction
-(``argpartition`` over the unpinned ones), never a Python loop per row.
+A miss brings the row up from below (``take``); an evicted row that changed here (dirty) is written down first,
+and ``flush`` writes every dirty row down, level by level, to the home (``level.py`` has the common mechanics).
 """
 import numpy as np
 
-from gpuemb.autograd import backend
-from gpuemb.autograd.backend import get_array_module, to_host
-
-from .errors import StoreFullError
-from .key_index import KeyIndex
-from .slab import SlabAllocator
-from .tiers import DeviceTier
+from .level import RowLevel
 
 
-def _fit(a, size):
-    """``a`` zero-extended to at least ``size`` elements, for per-slot arrays that follow the tier's capacity.
+class CacheLevel(RowLevel):
+    """At most ``bound`` rows of ``below``'s keys in ``tier``, evicting by ``policy``; ``what`` names the setting
+    that sizes the bound (``cache_rows``, ``host_cache_rows``) in errors."""
 
-    The tier grows a slab at a time; growing these arrays to exactly its capacity would copy them whole at every
-    slab, quadratic in the rows (1,500 copies of up to 100M slots for a 100M-row table in 64k-row slabs). They grow
-    by a quarter at least instead, like the allocator's used flags; the slots past the capacity stay zero, which
-    every reader takes as unoccupied."""
-    if a.shape[0] >= size:
-        return a
-    grown = np.zeros(max(size, a.shape[0] + a.shape[0] // 4), a.dtype)
-    grown[:a.shape[0]] = a
-    return grown
-
-
-class CachePolicy:
-    """Which rows of a bounded level to evict: least recently used (``lru``) or least frequently used (``lfu``,
-    ties going to the least recent). Per slot: the batch tick of the last use, the use count, and pins."""
-
-    def __init__(self, policy):
-        self.lfu = policy == "lfu"
-        self.tick = 0
-        self.last = np.zeros(0, np.int32)  # batch ticks: 2**31 batches of one table is far off
-        self.count = np.zeros(0, np.int32)
-        self.pins = np.zeros(0, np.int32)
-        self.occupied = np.zeros(0, np.bool_)
-
-    @property
-    def nbytes(self):
-        return self.last.nbytes + self.count.nbytes + self.pins.nbytes + self.occupied.nbytes
-
-    def grow(self, capacity):
-        self.last, self.count = _fit(self.last, capacity), _fit(self.count, capacity)
-        self.pins, self.occupied = _fit(self.pins, capacity), _fit(self.occupied, capacity)
-
-    def insert(self, slots):
-        self.occupied[slots], self.count[slots], self.pins[slots] = True, 0, 0
-
-    def remove(self, slots):
-        self.occupied[slots] = False
-
-    def touch(self, slots):
-        """One use of each of ``slots`` (distinct), all in this batch."""
-        self.tick += 1
-        self.last[slots] = self.tick
-        self.count[slots] += 1
-
-    def pin(self, slots):
-        self.pins[slots] += 1
-
-    def unpin(self, slots):
-        self.pins[slots] -= 1
-
-    def n_pinned(self):
-        return int(np.count_nonzero(self.occupied & (self.pins > 0)))
-
-    def victims(self, n):
-        """``n`` unpinned occupied slots with the lowest scores, or None when fewer than ``n`` are unpinned."""
-        cand = np.flatnonzero(self.occupied & (self.pins == 0))
-        if cand.size < n:
-            return None
-        if cand.size == n:
-            return cand
-        last = self.last[cand].astype(np.int64)
-        score = (self.count[cand].astype(np.int64) << 32) + last if self.lfu else last
-        return cand[np.argpartition(score, n - 1)[:n]]
-
-
-class RowLevel:
-    """The rows of some keys in ``tier``: at most ``bound`` of them (None: grows), evicting by ``policy``.
-
-    ``below`` is the level holding the rows this one lacks (None at the home). At the home, an absent key is new:
-    its rows come from ``new_rows(keys) -> (rows [n, width], steps [n])`` and are written at once.
-    ``what`` names the setting that sizes the bound, for error messages.
-    """
-
-    def __init__(self, tier, bound=None, policy="lru", below=None, new_rows=None, what="max_rows"):
-        self.tier, self.bound, self.below, self.new_rows, self.what = tier, bound, below, new_rows, what
-        self.index = KeyIndex(xp=backend.xp if isinstance(tier, DeviceTier) else np)  # beside the rows
-        self.alloc = SlabAllocator(tier)
-        self.policy = CachePolicy(policy)
-        self.keys = np.zeros(0, np.int64)   # the key in each slot
-        self.steps = np.zeros(0, np.int32)  # each row's update count, moved with the row
-        self.dirty = np.zeros(0, np.bool_)
-        self.hits = self.misses = self.evictions = 0
-
-    def __len__(self):
-        return self.alloc.n_used
-
-    @property
-    def overhead_bytes(self):
-        """Index, allocator and per-slot bookkeeping bytes: everything but the rows."""
-        return (self.index.nbytes + self.alloc.stats().overhead_bytes + self.policy.nbytes + self.keys.nbytes
-                + self.steps.nbytes + self.dirty.nbytes)
-
-    def locate(self, keys):
-        """The slot of each key here (host int64), -1 where absent."""
-        return to_host(self.index.find(keys))
-
-    def acquire(self, keys):
-        """Slots of ``keys`` (distinct, host int64), bringing absent rows here; each gets one pin (see ``unpin``)."""
-        slots = self.locate(keys)
-        miss = slots < 0
-        hit = slots[~miss]
-        self.policy.pin(hit)  # before any eviction below: this batch's rows must stay
-        self.hits += hit.size
-        if miss.any():
-            missing = keys[miss]
-            self.misses += missing.size
-            new = self._insert(missing)
-            rows, steps = self.new_rows(missing) if self.below is None else self.below.take(missing)
-            self.tier.write(new, rows)
-            self.steps[new] = steps
-            self.policy.pin(new)
-            slots[miss] = new
-        self.policy.touch(slots)
-        return slots
-
-    def unpin(self, slots):
-        self.policy.unpin(slots)
-
-    def take(self, keys):
-        """``(rows, steps)`` of ``keys`` for the level above, brought here first."""
-        slots = self.acquire(keys)
-        rows = self.tier.read(slots)
-        self.unpin(slots)
-        return rows, self.steps[slots]
-
-    def put(self, keys, rows, steps):
-        """Store rows written back from above (or imported), making room as needed; they are dirty here."""
-        slots = self.locate(keys)
-        miss = slots < 0
-        if miss.any():
-            self.policy.pin(slots[~miss])  # making room must not evict the rows being overwritten
-            slots[miss] = self._insert(keys[miss])
-            self.policy.unpin(slots[~miss])
-        self.tier.write(slots, rows)
-        self.steps[slots] = steps
-        self.dirty[slots] = True
-        self.policy.touch(slots)
-
-    def drop(self, keys):
-        """Forget ``keys`` here without writing them down (absent ones are ignored)."""
-        slots = to_host(self.index.erase(keys))
-        self._release(slots)
+    def __init__(self, tier, bound, policy, below, what):
+        super().__init__(tier, bound, policy, what)
+        self.below = below
 
     def flush(self, chunk=1 << 16):
-        """Write every dirty row down to the home, so the home holds the newest of every row."""
-        if self.below is None:
-            return
         dirty = np.flatnonzero(self.policy.occupied & self.dirty)
         step = min(chunk, self.below.bound or chunk)  # a bounded level below takes at most its bound at once
         for start in range(0, dirty.size, step):
             self._write_down(dirty[start:start + step])
         self.below.flush(chunk)
 
+    def _fetch(self, keys):
+        return self.below.take(keys)
+
+    def _evicting(self, slots):
+        dirty = slots[self.dirty[slots]]
+        if dirty.size:
+            self._write_down(dirty)
+
     def _write_down(self, slots):
         self.below.put(self.keys[slots], self.tier.read(slots), self.steps[slots])
         self.dirty[slots] = False
-
-    def _insert(self, keys):
-        """Fresh slots for absent ``keys``, evicting first when the bound would be passed."""
-        over = len(self) + keys.size - (self.bound or np.inf)
-        if over > 0:
-            self._evict(int(over), keys.size)
-        xp = get_array_module(self.index.keys)
-        slots = to_host(self.index.insert_or_find(keys, lambda n: xp.asarray(self.alloc.alloc(n)))[0])
-        cap = self.tier.capacity
-        self.keys, self.steps, self.dirty = _fit(self.keys, cap), _fit(self.steps, cap), _fit(self.dirty, cap)
-        self.policy.grow(cap)
-        self.policy.insert(slots)
-        self.keys[slots] = keys
-        self.dirty[slots] = False
-        return slots
-
-    def _evict(self, n, wanted):
-        victims = self.policy.victims(n)
-        if victims is None:
-            pinned = self.policy.n_pinned()
-            raise StoreFullError(
-                f"{type(self.tier).__name__}: {wanted} new rows do not fit in {self.what}={self.bound}: "
-                f"{len(self)} rows are held, {pinned} of them pinned by batches not yet updated; raise "
-                f"{self.what} to at least {pinned + wanted}, or make batches with fewer unique keys")
-        if self.below is not None:
-            d = victims[self.dirty[victims]]
-            if d.size:
-                self._write_down(d)
-        self.index.erase(self.keys[victims])
-        self._release(victims)
-        self.evictions += victims.size
-
-    def _release(self, slots):
-        self.alloc.free(slots)
-        self.policy.remove(slots)

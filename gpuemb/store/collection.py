@@ -12,20 +12,18 @@ import numpy as np
 
 from gpuemb.autograd import concat
 from gpuemb.autograd.backend import to_host
+from gpuemb.io.hashing import GOLDEN, splitmix64_finalizer
 from gpuemb.nn.module import Module
 
 from .table import EmbeddingTable
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
 
 def feature_keys(keys, feature):
-    """``keys`` (int64) of feature ``feature`` moved into its own part of a shared key space."""
+    """``keys`` (int64) of feature ``feature`` moved into its own part of a shared key space; ``feature`` may be an
+    array that broadcasts against ``keys`` (``np.arange(F)`` for ``keys [B, F]``)."""
     with np.errstate(over="ignore"):
-        z = np.asarray(keys, np.int64).view(np.uint64) + np.uint64(feature + 1) * _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return (z ^ (z >> np.uint64(31))).view(np.int64)
+        z = np.asarray(keys, np.int64).view(np.uint64) + np.uint64(feature + 1) * GOLDEN
+        return splitmix64_finalizer(z).view(np.int64)
 
 
 def stackable(configs, n_features, owner):
@@ -40,6 +38,16 @@ def stackable(configs, n_features, owner):
         raise ValueError(f"{owner}: tables of dims {sorted(dims)} cannot stack into [B, F, D]; give every table "
                          "the same dim")
     return configs, dims.pop()
+
+
+def mixed_keys(sparse, n_features, shared, owner, note=""):
+    """``sparse [B, F]`` as the host int64 keys the tables hold: each feature's keys mixed with its index where the
+    ``n_features`` features share one table; ``owner`` names the caller and ``note`` adds to the shape error."""
+    sparse = np.asarray(to_host(sparse), np.int64)
+    if sparse.ndim != 2 or sparse.shape[1] != n_features:
+        raise ValueError(f"{owner}: sparse has shape {sparse.shape}; want [B, F]: this collection has {n_features} "
+                         f"features{note}")
+    return feature_keys(sparse, np.arange(n_features)) if shared else sparse
 
 
 class EmbeddingCollection(Module):
@@ -59,14 +67,10 @@ class EmbeddingCollection(Module):
     def table_keys(self, sparse):
         """``[(table, keys)]``: the keys each table looks up in a forward on ``sparse [B, F]`` (int64), in the order
         the forward looks them up. A prefetch given the same keys hands the lookup its sort and pinned slots."""
-        sparse = np.asarray(to_host(sparse), np.int64)
-        if sparse.ndim != 2 or sparse.shape[1] != self.n_features:
-            raise ValueError(f"EmbeddingCollection: sparse is [B, F] = {sparse.shape}, this collection has "
-                             f"{self.n_features} features")
+        keys = mixed_keys(sparse, self.n_features, self.shared, "EmbeddingCollection")
         if self.shared:
-            mixed = np.stack([feature_keys(sparse[:, f], f) for f in range(self.n_features)], axis=1)
-            return [(self.tables[0], mixed.reshape(-1))]
-        return [(t, sparse[:, f]) for f, t in enumerate(self.tables)]
+            return [(self.tables[0], keys.reshape(-1))]
+        return [(t, keys[:, f]) for f, t in enumerate(self.tables)]
 
     def forward(self, sparse):
         if isinstance(sparse, (list, tuple)):

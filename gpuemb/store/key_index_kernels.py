@@ -28,6 +28,7 @@ from numba import cuda
 
 from gpuemb.autograd.backend import get_array_module
 from gpuemb.autograd.launch import blocks_for, stream_for
+from gpuemb.io.hashing import splitmix64_finalizer
 
 EMPTY = np.int64(-(1 << 63))
 TOMB = np.int64(-(1 << 63) + 1)
@@ -36,19 +37,12 @@ CLAIMED = -2
 MAX_CAPACITY = (1 << 32) - 1  # fastrange's product (hash >> 32) * cap must fit in 64 bits
 
 
-def _mix(k):
-    """splitmix64's finalizer: every input bit moves every output bit, so sequential IDs spread over the table."""
-    k = np.uint64(k)
-    k = (k ^ (k >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    k = (k ^ (k >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return k ^ (k >> np.uint64(31))
-
-
 def _probes(mix, jit):
-    """``(home, locate)`` compiled by ``jit`` around the hash ``mix``: one probe loop for both devices."""
+    """``(home, locate)`` compiled by ``jit`` around the hash ``mix`` (splitmix64's finalizer, so sequential IDs
+    spread over the table): one probe loop for both devices."""
     def home(k, cap):
         """fastrange: the hash's top 32 bits scaled to ``[0, cap)``."""
-        return np.int64(((mix(k) >> np.uint64(32)) * np.uint64(cap)) >> np.uint64(32))
+        return np.int64(((mix(np.uint64(k)) >> np.uint64(32)) * np.uint64(cap)) >> np.uint64(32))
 
     home = jit(home)
 
@@ -85,7 +79,7 @@ class Kernels(NamedTuple):
 
 
 # -- CPU ----------------------------------------------------------------------------------------------------------
-_, _locate_cpu = _probes(numba.njit(inline="always")(_mix), numba.njit(inline="always"))
+_, _locate_cpu = _probes(numba.njit(inline="always")(splitmix64_finalizer), numba.njit(inline="always"))
 _row_cpu = _row_of(_locate_cpu, numba.njit(inline="always"))
 
 
@@ -135,7 +129,7 @@ CPU = Kernels(lookup_cpu, claim_cpu, rehash_cpu)
 
 
 # -- CUDA ---------------------------------------------------------------------------------------------------------
-_home_cuda, _locate_cuda = _probes(cuda.jit(device=True)(_mix), cuda.jit(device=True))
+_home_cuda, _locate_cuda = _probes(cuda.jit(device=True)(splitmix64_finalizer), cuda.jit(device=True))
 _row_cuda = _row_of(_locate_cuda, cuda.jit(device=True))
 
 

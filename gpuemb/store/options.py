@@ -8,9 +8,8 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from gpuemb import optim
+from gpuemb.autograd.checks import check_int, fail
 from gpuemb.optim.rule import RULES, UpdateRule, rule_class
 
 INIT_KINDS = ("uniform", "normal", "truncated_normal", "zeros")
@@ -18,17 +17,6 @@ PLACEMENTS = ("device", "host", "ssd")
 POLICIES = ("lru", "lfu")
 DTYPES = ("float32", "float16", "float64")
 SHORT_DTYPES = {"fp32": "float32", "fp16": "float16"}  # how a run names the stored dtypes it offers
-
-
-def _fail(owner, message):
-    raise ValueError(f"{owner}: {message}")
-
-
-def _check_rows(owner, name, value, low, allow_none=False):
-    if value is None and allow_none:
-        return
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-        _fail(owner, f"{name}={value!r}; use an int >= {low}" + (" or None" if allow_none else ""))
 
 
 @dataclass(frozen=True)
@@ -44,13 +32,13 @@ class Initializer:
 
     def __post_init__(self):
         if self.kind not in INIT_KINDS:
-            _fail("Initializer", f"kind={self.kind!r}; use one of {', '.join(INIT_KINDS)}")
+            fail("Initializer", f"kind={self.kind!r}; use one of {', '.join(INIT_KINDS)}")
         if self.scale is not None and not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale)
                                            and self.scale >= 0):
-            _fail("Initializer", f"scale={self.scale!r}; use a finite number >= 0, or None for 1/sqrt(dim)")
-        _check_rows("Initializer", "seed", self.seed, 0)
+            fail("Initializer", f"scale={self.scale!r}; use a finite number >= 0, or None for 1/sqrt(dim)")
+        check_int("Initializer", "seed", self.seed, 0)
         if self.seed >= 2 ** 64:
-            _fail("Initializer", f"seed={self.seed} does not fit in 64 bits; use a seed below 2**64")
+            fail("Initializer", f"seed={self.seed} does not fit in 64 bits; use a seed below 2**64")
 
     def scale_for(self, dim):
         return 1.0 / math.sqrt(dim) if self.scale is None else float(self.scale)
@@ -78,29 +66,29 @@ class StoreOptions:
     def __post_init__(self):
         owner = "StoreOptions"
         if self.placement not in PLACEMENTS:
-            _fail(owner, f"placement={self.placement!r}; use one of {', '.join(PLACEMENTS)}")
+            fail(owner, f"placement={self.placement!r}; use one of {', '.join(PLACEMENTS)}")
         if self.policy not in POLICIES:
-            _fail(owner, f"policy={self.policy!r}; use one of {', '.join(POLICIES)}")
+            fail(owner, f"policy={self.policy!r}; use one of {', '.join(POLICIES)}")
         for name in ("cache_rows", "host_cache_rows"):
-            _check_rows(owner, name, getattr(self, name), 0)
-        _check_rows(owner, "max_rows", self.max_rows, 1, allow_none=True)
-        _check_rows(owner, "slab_rows", self.slab_rows, 1)
-        _check_rows(owner, "chunk_rows", self.chunk_rows, 1)
+            check_int(owner, name, getattr(self, name), 0)
+        check_int(owner, "max_rows", self.max_rows, 1, allow_none=True)
+        check_int(owner, "slab_rows", self.slab_rows, 1)
+        check_int(owner, "chunk_rows", self.chunk_rows, 1)
         if self.placement == "ssd" and self.slab_rows % self.chunk_rows:
-            _fail(owner, f"chunk_rows={self.chunk_rows} must divide slab_rows={self.slab_rows}; powers of two fit")
+            fail(owner, f"chunk_rows={self.chunk_rows} must divide slab_rows={self.slab_rows}; powers of two fit")
         if self.placement == "device" and (self.cache_rows or self.host_cache_rows):
-            _fail(owner, "cache_rows and host_cache_rows cache a host or ssd placement; with placement='device' "
-                  "set them to 0, or choose placement='host' or 'ssd'")
+            fail(owner, "cache_rows and host_cache_rows cache a host or ssd placement; with placement='device' "
+                 "set them to 0, or choose placement='host' or 'ssd'")
         if self.placement != "device" and self.cache_rows < 1:
-            _fail(owner, f"placement={self.placement!r} computes on device rows: set cache_rows >= 1 (at least "
-                  "the unique keys of one batch)")
+            fail(owner, f"placement={self.placement!r} computes on device rows: set cache_rows >= 1 (at least "
+                 "the unique keys of one batch)")
         if self.host_cache_rows and self.placement != "ssd":
-            _fail(owner, "host_cache_rows caches an ssd placement; set it to 0 or choose placement='ssd'")
+            fail(owner, "host_cache_rows caches an ssd placement; set it to 0 or choose placement='ssd'")
         if (self.placement == "ssd") != (self.ssd_path is not None):
-            _fail(owner, "ssd_path is the file of placement='ssd' and only of it; "
-                  + ("give an ssd_path" if self.placement == "ssd" else "drop ssd_path or set placement='ssd'"))
+            fail(owner, "ssd_path is the file of placement='ssd' and only of it; "
+                 + ("give an ssd_path" if self.placement == "ssd" else "drop ssd_path or set placement='ssd'"))
         if self.max_rows is not None and self.placement != "device":
-            _fail(owner, "max_rows bounds a device placement; a host or ssd home grows, so drop max_rows")
+            fail(owner, "max_rows bounds a device placement; a host or ssd home grows, so drop max_rows")
 
 
 @dataclass(frozen=True)
@@ -122,15 +110,15 @@ class TableConfig:
     def __post_init__(self):
         owner = f"TableConfig({self.name!r})"
         if not isinstance(self.name, str) or not self.name:
-            _fail("TableConfig", f"name={self.name!r}; give the table a non-empty string name")
-        _check_rows(owner, "dim", self.dim, 1)
+            fail("TableConfig", f"name={self.name!r}; give the table a non-empty string name")
+        check_int(owner, "dim", self.dim, 1)
         if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
-            _fail(owner, f"dtype={self.dtype!r}; use one of {', '.join(DTYPES)} (float16 halves the stored weights)")
+            fail(owner, f"dtype={self.dtype!r}; use one of {', '.join(DTYPES)} (float16 halves the stored weights)")
         if not isinstance(self.rule, UpdateRule) or type(self.rule) not in RULES.values():
-            _fail(owner, f"rule={type(self.rule).__name__}; use a registered row rule, one of "
+            fail(owner, f"rule={type(self.rule).__name__}; use a registered row rule, one of "
                   f"{', '.join(c.__name__ for c in RULES.values())} (gpuemb.optim.RULES)")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr >= 0):
-            _fail(owner, f"lr={self.lr!r}; use a finite number >= 0")
+            fail(owner, f"lr={self.lr!r}; use a finite number >= 0")
 
     def to_dict(self):
         """Plain Python values: what a snapshot stores."""

@@ -8,9 +8,9 @@ those full rows, runs the fused ``apply_rows`` (``update_rows``) with the table'
 table-sized is ever built, and the result does not depend on where the rows live: a tiered table trains bit for
 bit like a device one.
 
-Levels (``cache.RowLevel``), top first: placement ``device`` is one level (bounded by ``max_rows``, dropping
-least-used keys past it); ``host``/``ssd`` are a device cache of ``cache_rows`` over the home tier, with an
-optional host cache of ``host_cache_rows`` over an ssd home.
+Levels (``level.RowLevel``), top first: placement ``device`` is one ``HomeLevel`` (bounded by ``max_rows``,
+dropping least-used keys past it); ``host``/``ssd`` are a device ``CacheLevel`` of ``cache_rows`` over the home
+tier, with an optional host cache of ``host_cache_rows`` over an ssd home.
 """
 import dataclasses
 import threading
@@ -23,7 +23,8 @@ from gpuemb.autograd.backend import to_host
 from gpuemb.kernels.embedding_bag import EmbeddingBagFunction, embedding_bag
 from gpuemb.optim import update_rows
 
-from .cache import RowLevel
+from .cache import CacheLevel
+from .home import HomeLevel
 from .init import initial_weights
 from .row_format import RowFormat
 from .tiers import DeviceTier, HostTier, SsdTier, TierSpec
@@ -37,11 +38,11 @@ def _levels(config, fmt, new_rows):
 
     def cache(tier_type, rows, below, what):
         tier = tier_type(dataclasses.replace(spec, slab_rows=min(o.slab_rows, rows), chunk_rows=1))
-        return RowLevel(tier, rows, o.policy, below, what=what)
+        return CacheLevel(tier, rows, o.policy, below, what)
 
     if o.placement == "device":
-        return [RowLevel(DeviceTier(spec), o.max_rows, o.policy, new_rows=new_rows)]
-    home = RowLevel(HostTier(spec) if o.placement == "host" else SsdTier(o.ssd_path, spec), new_rows=new_rows)
+        return [HomeLevel(DeviceTier(spec), new_rows, o.max_rows, o.policy)]
+    home = HomeLevel(HostTier(spec) if o.placement == "host" else SsdTier(o.ssd_path, spec), new_rows)
     levels = [home]
     if o.host_cache_rows:
         levels.insert(0, cache(HostTier, o.host_cache_rows, home, "host_cache_rows"))

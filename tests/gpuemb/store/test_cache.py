@@ -4,7 +4,6 @@ import pytest
 from gpuemb.autograd import Tensor, no_grad
 from gpuemb.autograd.backend import to_host
 from gpuemb.optim import AdamRule
-from gpuemb.store.cache import CachePolicy
 from gpuemb.store.errors import StoreFullError
 from gpuemb.store.options import Initializer, StoreOptions, TableConfig
 from gpuemb.store.table import EmbeddingTable
@@ -27,21 +26,6 @@ def step(t, keys, offsets=None, mode=None, seed=0):
 
 def everything(t):
     return {k: (r, s) for ks, rows, st in t.export() for k, r, s in zip(ks.tolist(), rows, st.tolist())}
-
-
-def test_policy_evicts_least_recent_or_least_frequent():
-    for kind, want in (("lru", [0, 1]), ("lfu", [2, 3])):
-        p = CachePolicy(kind)
-        p.grow(6)
-        p.insert(np.arange(6))
-        p.touch(np.arange(6))
-        p.touch(np.array([0, 1]))
-        p.touch(np.array([0, 1]))  # 0, 1: used most, longest ago
-        p.touch(np.array([2, 3]))
-        p.touch(np.array([4, 5]))
-        p.pin(np.array([5]))
-        assert sorted(p.victims(2).tolist()) == want
-        assert p.victims(6) is None  # one is pinned
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu"])
@@ -116,13 +100,3 @@ def test_a_batch_bigger_than_the_cache_names_the_size_needed(tmp_path):
     t = table(tmp_path, placement="ssd", cache_rows=8)
     with pytest.raises(StoreFullError, match="cache_rows=8.*raise cache_rows to at least 9"):
         t.lookup(np.arange(9))
-
-
-def test_per_slot_arrays_grow_by_a_quarter_not_a_slab_at_a_time():
-    # growing to exactly the capacity at every slab copied them whole each time: quadratic in the rows
-    from gpuemb.store.cache import _fit
-    a = np.arange(1, 101, dtype=np.int32)
-    b = _fit(a, 101)
-    assert b.shape[0] == 125 and np.array_equal(b[:100], a) and not b[100:].any()
-    assert _fit(b, 120) is b  # room left: no copy
-    assert _fit(b, 1000).shape[0] == 1000  # a jump past a quarter takes what is asked

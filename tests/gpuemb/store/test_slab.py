@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuemb.store.errors import RowStateError, StoreFullError
-from gpuemb.store.slab import SlabAllocator
+from gpuemb.store.slab import SlabAllocator, grown_to
 from gpuemb.store.tiers import DeviceTier, TierSpec
 
 SLAB = 8
@@ -130,3 +130,12 @@ def test_corrupt_state_is_refused():
     state["free_stack"] = np.array([3, 3])
     with pytest.raises(ValueError, match="not distinct rows of"):
         SlabAllocator(CountingTier()).load_state_dict(state)
+
+
+def test_per_slot_arrays_grow_by_a_quarter_not_a_slab_at_a_time():
+    # growing to exactly the capacity at every slab copied them whole each time: quadratic in the rows
+    a = np.arange(1, 101, dtype=np.int32)
+    b = grown_to(a, 101)
+    assert b.shape[0] == 125 and np.array_equal(b[:100], a) and not b[100:].any()
+    assert grown_to(b, 120) is b  # room left: no copy
+    assert grown_to(b, 1000).shape[0] == 1000  # a jump past a quarter takes what is asked

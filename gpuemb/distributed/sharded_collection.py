@@ -9,14 +9,13 @@ call is a set of collectives.
 import numpy as np
 
 from gpuemb.autograd import Tensor, backend, is_grad_enabled
-from gpuemb.autograd.backend import to_host
 from gpuemb.comm import CommCodecs
 from gpuemb.nn.module import Module
-from gpuemb.store.collection import feature_keys, stackable
+from gpuemb.store.collection import mixed_keys, stackable
 
 from .column import couples_columns
 from .exchange import ShardedLookup
-from .planning import plan_for
+from .default_plan import plan_for
 from .routing import streams_of
 from .shards import check_against_plan, local_shards
 
@@ -60,19 +59,9 @@ class ShardedEmbeddingCollection(Module):
         """The rank owning each of ``keys`` of table index ``table`` (row-wise)."""
         return self.plan.owner_of(self.configs[table].name, keys)
 
-    def mixed_keys(self, sparse):
-        """``sparse [B, F]`` as the int64 keys the tables hold: mixed per feature where features share a table."""
-        sparse = np.asarray(to_host(sparse), np.int64)
-        if sparse.ndim != 2 or sparse.shape[1] != self.n_features:
-            raise ValueError(f"ShardedEmbeddingCollection: sparse has shape {sparse.shape}; want [B, F] with F = "
-                             f"{self.n_features} (pooled multi-hot bags are not sharded yet: pass one key per "
-                             "feature)")
-        if not self.shared:
-            return sparse
-        return np.stack([feature_keys(sparse[:, f], f) for f in range(self.n_features)], axis=1)
-
     def forward(self, sparse):
-        keys = self.mixed_keys(sparse)
+        keys = mixed_keys(sparse, self.n_features, self.shared, "ShardedEmbeddingCollection",
+                          " (pooled multi-hot bags are not sharded yet: pass one key per feature)")
         record = self.training and is_grad_enabled()
         anchor = Tensor(backend.xp.zeros(0, np.float32), requires_grad=record)
         return ShardedLookup(self, keys, self.training).apply(anchor)

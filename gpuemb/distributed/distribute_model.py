@@ -7,9 +7,9 @@ dense parameters to rank 0's values, and returns the ``GradientAllreduce`` to ca
 """
 from gpuemb.store.collection import EmbeddingCollection
 
-from .collection import ShardedEmbeddingCollection
+from .sharded_collection import ShardedEmbeddingCollection
 from .dense import GradientAllreduce, broadcast_parameters
-from .planning import plan_for
+from .default_plan import plan_for
 
 
 def _collections(model):
