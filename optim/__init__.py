@@ -2,7 +2,7 @@
 and the loss scaler."""
 from .adagrad import Adagrad, AdagradRule
 from .adam import Adam, AdamRule, AdamW
-from .config import Settings
+from .settings import Settings
 from .ftrl import FtrlRule
 from .loss_scaler import LossScaler, LossScaleSettings
 from .optimizer import OPTIMIZERS, Optimizer

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from gpuemb.autograd import Tensor
 from gpuemb.autograd.backend import get_array_module
 
-from .config import Settings
+from .settings import Settings
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class LossScaler:
                 "growth_tracker": self.growth_tracker, "steps_skipped": self.steps_skipped}
 
     def load_state_dict(self, state):
-        """Restore the scale and counters; the saved settings must match (see :mod:`gpuemb.optim.config`)."""
+        """Restore the scale and counters; the saved settings must match (see :mod:`gpuemb.optim.settings`)."""
         if "settings" in state:
             self.settings.load_state_dict(state["settings"])
         self.loss_scale = float(state["scale"])

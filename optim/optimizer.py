@@ -9,9 +9,9 @@ import numbers
 from gpuemb.autograd import Tensor
 from gpuemb.autograd.backend import get_array_module, to_host
 
+from gpuemb.autograd.checks import check
 from gpuemb.autograd.registry import Registry
 
-from .config import check
 from .schedules import ConstantLR, Schedule
 
 

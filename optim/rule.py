@@ -20,7 +20,7 @@ in ``fused_args``; any other runs the reference row update, ``rowwise.apply_rows
 from gpuemb.autograd.backend import get_array_module
 from gpuemb.autograd.registry import Registry
 
-from .config import Settings
+from .settings import Settings
 
 RULES = Registry("row rule")
 

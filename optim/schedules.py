@@ -2,7 +2,7 @@
 
 ``schedule(step)`` is the learning rate of the update taken after ``step`` earlier optimizer steps (0 for the
 first update). A schedule holds no counter: the optimizer owns the step count and saves it, so a schedule's
-``state_dict()`` is its settings and ``load_state_dict()`` checks them (see :mod:`gpuemb.optim.config`).
+``state_dict()`` is its settings and ``load_state_dict()`` checks them (see :mod:`gpuemb.optim.settings`).
 
 ``SCHEDULES`` holds the schedules a run config may name (``class MySchedule(Schedule, name="mine")`` adds one);
 each says which run settings it takes (``run_settings``) and how it is made for a run of ``total_steps``
@@ -11,9 +11,10 @@ each says which run settings it takes (``run_settings``) and how it is made for 
 import math
 from dataclasses import dataclass
 
+from gpuemb.autograd.checks import check
 from gpuemb.autograd.registry import Registry
 
-from .config import Settings, check
+from .settings import Settings
 
 SCHEDULES = Registry("schedule")
 

@@ -10,11 +10,7 @@ import numbers
 
 import numpy
 
-
-def check(ok, owner, message):
-    """Raise ``ValueError("<owner>: <message>")`` unless ``ok``."""
-    if not ok:
-        raise ValueError(f"{owner}: {message}")
+from gpuemb.autograd.checks import check, check_int
 
 
 def _plain(value):
@@ -40,9 +36,7 @@ class Settings:
 
     def check_int(self, field, low):
         """The field is an integer ``>= low``."""
-        value = getattr(self, field)
-        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= low
-        check(ok, type(self).__name__, f"{field}={value!r}; use an int >= {low}")
+        check_int(type(self).__name__, field, getattr(self, field), low)
 
     def state_dict(self):
         """``{"type": class name, <field>: value, ...}`` in plain Python values."""
