@@ -77,18 +77,20 @@ class StoreOptions:
         if self.placement == "ssd" and self.slab_rows % self.chunk_rows:
             fail(owner, f"chunk_rows={self.chunk_rows} must divide slab_rows={self.slab_rows}; powers of two fit")
         if self.placement == "device" and (self.cache_rows or self.host_cache_rows):
+            name = "cache_rows" if self.cache_rows else "host_cache_rows"
             fail(owner, "cache_rows and host_cache_rows cache a host or ssd placement; with placement='device' "
-                 "set them to 0, or choose placement='host' or 'ssd'")
+                 "set them to 0, or choose placement='host' or 'ssd'", name)
         if self.placement != "device" and self.cache_rows < 1:
             fail(owner, f"placement={self.placement!r} computes on device rows: set cache_rows >= 1 (at least "
-                 "the unique keys of one batch)")
+                 "the unique keys of one batch, e.g. 1000000)", "cache_rows")
         if self.host_cache_rows and self.placement != "ssd":
-            fail(owner, "host_cache_rows caches an ssd placement; set it to 0 or choose placement='ssd'")
+            fail(owner, "host_cache_rows caches an ssd placement; set it to 0 or choose placement='ssd'",
+                 "host_cache_rows")
         if (self.placement == "ssd") != (self.ssd_path is not None):
-            fail(owner, "ssd_path is the file of placement='ssd' and only of it; "
-                 + ("give an ssd_path" if self.placement == "ssd" else "drop ssd_path or set placement='ssd'"))
+            fail(owner, "ssd_path is the file of placement='ssd' and only of it; " + (
+                "give an ssd_path" if self.placement == "ssd" else "drop ssd_path or set placement='ssd'"), "ssd_path")
         if self.max_rows is not None and self.placement != "device":
-            fail(owner, "max_rows bounds a device placement; a host or ssd home grows, so drop max_rows")
+            fail(owner, "max_rows bounds a device placement; a host or ssd home grows, so drop max_rows", "max_rows")
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 
 from gpuemb import models, optim
 from gpuemb.autograd import backend
+from gpuemb.autograd.checks import SettingError
 from gpuemb.comm import BACKENDS
 from gpuemb.io.formats import FORMATS
 from gpuemb.io.synthetic import PRESETS as SYNTHETIC_PRESETS
 from gpuemb.kernels.codecs import CODECS
 from gpuemb.kernels.mlp import PRECISIONS
 from gpuemb.sharding.spec import SHARDINGS
-from gpuemb.store.options import INIT_KINDS, PLACEMENTS, SHORT_DTYPES
+from gpuemb.store.options import INIT_KINDS, PLACEMENTS, SHORT_DTYPES, StoreOptions
 from gpuemb.store.snapshot import plain
 
 from .errors import ConfigError
@@ -110,15 +111,12 @@ class StoreSettings(Section):
                                    choices=SHORT_DTYPES)
 
     def check(self):
-        if self.placement == "device":
-            for name in self.given("ssd_dir") + [n for n in ("cache_rows", "host_cache_rows") if getattr(self, n)]:
-                self.fail(name, "applies to --store host or ssd; with --store device drop it")
-        elif self.cache_rows < 1:
-            self.fail("cache_rows", f"--store {self.placement} computes on device rows: set --cache-rows to at least "
-                      "the unique keys of one batch (e.g. --cache-rows 1000000)")
-        if self.placement != "ssd":
-            for name in self.given("ssd_dir") + (["host_cache_rows"] if self.host_cache_rows else []):
-                self.fail(name, "applies to --store ssd only")
+        # where rows live is the store's own setting: StoreOptions checks the combinations, named here by their flags
+        path = (self.ssd_dir or "a temporary folder") if self.placement == "ssd" else self.ssd_dir
+        try:
+            StoreOptions(self.placement, self.cache_rows, self.host_cache_rows, ssd_path=path)
+        except SettingError as e:
+            self.fail({"ssd_path": "ssd_dir"}.get(e.name, e.name), e.message)
 
 
 SCHEDULE_SETTINGS = ("warmup_steps", "decay_start", "decay_steps", "end_lr", "step_size", "gamma")

@@ -95,7 +95,7 @@ def bad_file(tmp_path, name, text):
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--steps", "0"], "--steps: 0 is below 1"),
     (["--device", "tpu"], "invalid choice: 'tpu'"),
-    (["--store", "ssd"], "--cache-rows: --store ssd computes on device rows"),
+    (["--store", "ssd"], "--cache-rows: placement='ssd' computes on device rows"),
     (["--precision", "fp16"], "--precision: fp16 runs on a GPU only"),
     (["--data", CENSUS, "--format", "census"], "predicts 1 task(s), but the data has 2 label column(s)"),
     (lambda t: bad_file(t, "a.toml", "steps = 10\nbatch_sise = 3\n"), "unknown key 'batch_sise'"),
