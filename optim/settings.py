@@ -8,13 +8,8 @@ import dataclasses
 import math
 import numbers
 
-import numpy
-
 from gpuemb.autograd.checks import check, check_int
-
-
-def _plain(value):
-    return numpy.asarray(value).tolist()  # tuples, lists, arrays and NumPy scalars compare alike after a save
+from gpuemb.autograd.plain import config_differences, plain
 
 
 class Settings:
@@ -40,15 +35,14 @@ class Settings:
 
     def state_dict(self):
         """``{"type": class name, <field>: value, ...}`` in plain Python values."""
-        fields = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        fields = {f.name: plain(getattr(self, f.name), type(self).__name__) for f in dataclasses.fields(self)}
         return {"type": type(self).__name__, **fields}
 
     def load_state_dict(self, state):
         """Check that ``state`` was saved from equal settings; raise ValueError listing every difference."""
         mine = self.state_dict()
-        differ = [f"{k}: saved {state.get(k, '<missing>')!r}, here {v!r}"
-                  for k, v in mine.items() if _plain(state.get(k)) != v]
-        differ += [f"{k}: saved {state[k]!r}, unknown here" for k in state if k not in mine]
+        differ = [f"{k}: saved {saved!r}, " + (f"here {here!r}" if k in mine else "unknown here")
+                  for k, saved, here in config_differences(state, mine, where=type(self).__name__)]
         check(not differ, type(self).__name__,
               "the saved state has other settings (" + "; ".join(differ) + "). Build this object with the "
               "saved settings to resume, or leave this entry out of the state to keep the new ones")

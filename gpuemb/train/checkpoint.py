@@ -32,7 +32,8 @@ import numpy as np
 from gpuemb.distributed import ShardedEmbeddingCollection, load_sharded, load_sharded_tables, save_sharded, \
     shard_path
 from gpuemb.store.collection import EmbeddingCollection
-from gpuemb.store.snapshot import SnapshotError, fsync, plain, save_snapshot
+from gpuemb.autograd.plain import plain
+from gpuemb.store.snapshot import SnapshotError, fsync, save_snapshot
 
 from .config import flag, resume_differences
 from .errors import CheckpointError, DivergedError, ResumeError

@@ -30,7 +30,7 @@ from gpuemb.kernels.codecs import CODECS
 from gpuemb.kernels.mlp import PRECISIONS
 from gpuemb.sharding.spec import SHARDINGS
 from gpuemb.store.options import INIT_KINDS, PLACEMENTS, SHORT_DTYPES, StoreOptions
-from gpuemb.store.snapshot import plain
+from gpuemb.autograd.plain import plain
 
 from .errors import ConfigError
 from .settings import Section, check_value, default_of, flag_of, key_of, setting

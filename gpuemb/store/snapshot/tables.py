@@ -9,9 +9,10 @@ it holds one chunk at a time (plus an incremental chain's newer keys), so a tabl
 import os
 from collections.abc import Mapping
 
+from gpuemb.autograd.plain import config_differences
 from gpuemb.store.table import EmbeddingTable
 
-from .format import SnapshotError, TableSnapshot, config_differences
+from .format import SnapshotError, TableSnapshot
 from .reader import SnapshotChain
 from .writer import write_snapshot
 

@@ -13,7 +13,9 @@ import numpy as np
 
 from gpuemb.autograd.backend import to_host
 
-from .format import FORMAT, PARTS, VERSION, layout_spans, plain
+from gpuemb.autograd.plain import plain
+
+from .format import FORMAT, PARTS, VERSION, layout_spans
 
 
 class _TableWriter:
