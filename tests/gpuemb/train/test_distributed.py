@@ -12,9 +12,10 @@ from gpuemb.io.synthetic import SyntheticConfig, SyntheticSource
 from gpuemb.kernels import codecs
 from gpuemb.optim import LossScaler
 from gpuemb.train import ConfigError, Run, TrainConfig
-from gpuemb.train.config import CODECS, resume_differences
+from gpuemb.train.config import FIELDS, resume_differences
 from gpuemb.train.cluster import Cluster, RankBatches
 from gpuemb.train.loop import Batches
+from gpuemb.train.settings import choices_of
 
 
 def cluster(rank, world_size, **flags):
@@ -22,7 +23,7 @@ def cluster(rank, world_size, **flags):
 
 
 def test_the_config_names_the_codecs_the_kernels_have():
-    assert CODECS == codecs.CODECS
+    assert choices_of(FIELDS["comm_codec"]) == choices_of(FIELDS["comm_codec_backward"]) == tuple(codecs.CODECS)
 
 
 def test_the_backward_codec_defaults_to_the_forward_one():
