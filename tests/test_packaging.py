@@ -1,4 +1,5 @@
-"""pyproject.toml lists every package: a plain (non-editable) install would silently leave out one it misses."""
+"""pyproject.toml: every package listed (a plain, non-editable install would silently leave out one it misses),
+and a core install that fits a machine without a GPU."""
 import pathlib
 import tomllib
 
@@ -15,3 +16,17 @@ def test_every_package_folder_is_listed():
             found.add(".".join((top, *rel)))
     assert found == set(tool["packages"]), (sorted(found - set(tool["packages"])),
                                             sorted(set(tool["packages"]) - found))
+
+
+def test_the_core_install_brings_no_gpu_package():
+    """A machine without a GPU installs the core alone; the GPU stack is the gpu extras' (README, "Two commands")."""
+    core = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert not [d for d in core if any(word in d for word in ("cuda", "cupy", "nccl", "nvmath"))], core
+
+
+def test_numba_ships_the_numba_cuda_the_core_install_relies_on():
+    """The kernels define their numba.cuda twins at import; without numba-cuda, numba's own numba.cuda serves."""
+    import numba
+    assert (pathlib.Path(numba.__file__).parent / "cuda" / "__init__.py").is_file(), (
+        f"numba {numba.__version__} has no numba.cuda of its own, so a core install (without numba-cuda) cannot "
+        "import the kernels: move numba-cuda into the core dependencies, or import numba.cuda lazily")

@@ -38,7 +38,7 @@ def test_every_store_with_and_without_the_pipeline_prints_and_writes_its_rate(tm
 
 
 def test_the_torch_peer_trains_the_same_batches_side_by_side(tmp_path):
-    pytest.importorskip("torch", reason="the peer needs torch (pip install torch); CI has none")
+    pytest.importorskip("torch", reason="the peer needs torch, which the test extra installs")
     out = tool("bench_train.py", *TINY, "--stores", "device", "--pipeline", "on", "--json", str(tmp_path / "t.json"))
     assert out.returncode == 0, out.stderr
     (result,) = json.loads((tmp_path / "t.json").read_text())["results"]
