@@ -1,5 +1,5 @@
 """gpuemb.comm: communicators (local, MPI, NCCL) with checked, deadline-bound collectives, and the wire codecs of
-the embedding all-to-all (DESIGN.md, "Communication and sharding"; docs/comm.md).
+the embedding all-to-all (docs/design.md, "Communication and sharding"; docs/comm.md).
 
 ``init()`` picks the backend: local when the process was not launched by ``mpiexec`` with more than one rank,
 else NCCL on a GPU and MPI on the CPU.

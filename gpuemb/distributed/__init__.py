@@ -1,5 +1,5 @@
 """gpuemb.distributed: embeddings sharded over ranks (model-parallel), dense layers data-parallel, and snapshots
-that reshard across world sizes (DESIGN.md, "Communication and sharding"; docs/distributed.md)."""
+that reshard across world sizes (docs/design.md, "Communication and sharding"; docs/distributed.md)."""
 from .sharded_collection import ShardedEmbeddingCollection
 from .column import ColumnShardTable
 from .dense import GradientAllreduce, broadcast_parameters

@@ -2,8 +2,9 @@
 
 The simplest kernel of the project, and the pattern the others follow (llm.c's layout):
 - ``gather_rows_ref``: the definition, in NumPy;
-- ``gather_rows_cpu``: numba, parallel over rows, with an explicit loop over the row's elements (DESIGN.md:
-  4 to 6 times faster than ``table[idx]`` on 2 cores; ``out[i, :] = table[j, :]`` inside numba was 7 times slower);
+- ``gather_rows_cpu``: numba, parallel over rows, with an explicit loop over the row's elements
+  (docs/design.md, "Kernels": 4 to 6 times faster than ``table[idx]`` on 2 cores; ``out[i, :] = table[j, :]``
+  inside numba was 7 times slower);
 - ``gather_rows_cuda``: one thread per output element, so neighbouring threads read neighbouring columns of the
   same row and the loads coalesce;
 - ``gather_rows``: picks one by array type.

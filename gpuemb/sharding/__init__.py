@@ -1,5 +1,6 @@
 """gpuemb.sharding: the sharding planner. Tables and per-rank budgets in; a plan of table-, row-, column-wise and
-data-parallel placements out, with its cost per rank (DESIGN.md, "Communication and sharding"; docs/sharding.md)."""
+data-parallel placements out, with its cost per rank (docs/design.md, "Communication and sharding";
+docs/sharding.md)."""
 from .cost import Memory, RankCost, rank_costs, shard_memory
 from .plan import Placement, Plan, Shard, owner_hash
 from .planner import PlanError, plan_tables

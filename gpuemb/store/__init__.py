@@ -1,1 +1,2 @@
-"""The tiered embedding store: key encoding, slab allocation, device/host/SSD tiers (DESIGN.md, "The embedding store")."""
+"""The tiered embedding store: key encoding, slab allocation, device/host/SSD tiers (docs/design.md, "The
+embedding store")."""

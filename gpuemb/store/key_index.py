@@ -1,4 +1,4 @@
-"""The key encoder: an open-addressing hash table from int64 feature IDs to row slots (DESIGN.md, "The embedding
+"""The key encoder: an open-addressing hash table from int64 feature IDs to row slots (docs/design.md, "The embedding
 store"), so nobody plans capacity.
 
 Slots come from the caller (the store's slab allocator), so inserting is two-phase and the same on either device:

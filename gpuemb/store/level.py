@@ -1,7 +1,7 @@
 """One level of the embedding store: the rows of some keys in one tier, bounded or not, evicting by a policy.
 
 A table is a chain of levels, top first: the device rows the lookup reads, then optionally a host cache, then the
-home level that holds every key (DESIGN.md, "The embedding store"). A level above the home is a ``CacheLevel``
+home level that holds every key (docs/design.md, "The embedding store"). A level above the home is a ``CacheLevel``
 (``cache.py``: misses come from below, dirty rows are written back); the bottom one is the ``HomeLevel``
 (``home.py``: absent keys are new). Both are a ``RowLevel``: its own ``KeyIndex`` (key -> slot) and
 ``SlabAllocator``, and beside the tier, per slot: the key, the row's update count (``steps``), a dirty flag

@@ -1,4 +1,5 @@
-"""The slab allocator: fixed-size row slots of one tier, handed out as int64 row ids (DESIGN.md, "The embedding store").
+"""The slab allocator: fixed-size row slots of one tier, handed out as int64 row ids (docs/design.md, "The
+embedding store").
 
 Rows ``[0, capacity)`` belong to the tier's slabs of ``slab_rows`` rows each. Rows below the bump pointer have
 been handed out at least once; a freed row goes on a stack and is reused first (last freed, first reused). So

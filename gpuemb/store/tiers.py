@@ -1,4 +1,4 @@
-"""Row storage of one tier: device memory, pinned host memory, or an HDF5 file (DESIGN.md, "The embedding store").
+"""Row storage of one tier: device memory, pinned host memory, or an HDF5 file (docs/design.md, "The embedding store").
 
 Every tier stores rows of ``width`` elements of ``dtype`` (a row is ``[weights | optimizer state]``, laid out by
 the store) in slabs of ``slab_rows`` rows, grown by ``add_slab()``, with one API: ``read(rows)``,
@@ -178,11 +178,11 @@ class SsdTier(Tier):
     """Rows in one chunked, resizable HDF5 dataset ``rows [capacity, width]`` at ``path``, created afresh.
 
     Reads and writes move whole chunks (``read_direct_chunk``/``write_direct_chunk``) and gather or scatter in
-    NumPy: h5py's fancy indexing was about 30 times slower (DESIGN.md), and a chunk-aligned ``read_direct`` cost
-    about 100 us a call against 7 us for the raw chunk. Raw chunk I/O needs every chunk to exist and no filter,
-    so chunks are allocated when a slab is added and the dataset is not compressed. A write reads each chunk it
-    covers in part, changes its rows, and writes it back; a chunk it covers entirely is written without a read,
-    so filling fresh slots in order (populating a table) costs one write per chunk.
+    NumPy: h5py's fancy indexing was about 30 times slower (docs/design.md, "The embedding store"), and a
+    chunk-aligned ``read_direct`` cost about 100 us a call against 7 us for the raw chunk. Raw chunk I/O needs every
+    chunk to exist and no filter, so chunks are allocated when a slab is added and the dataset is not compressed. A
+    write reads each chunk it covers in part, changes its rows, and writes it back; a chunk it covers entirely is
+    written without a read, so filling fresh slots in order (populating a table) costs one write per chunk.
     """
 
     def __init__(self, path, spec):

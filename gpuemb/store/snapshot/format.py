@@ -1,5 +1,5 @@
-"""The snapshot format: keys, rows and config of embedding tables in one HDF5 file (DESIGN.md, "The embedding
-store"), and what a writer and a reader of it share.
+"""The snapshot format: keys, rows and config of embedding tables in one HDF5 file (docs/design.md, "Snapshots
+and checkpoints"), and what a writer and a reader of it share.
 
 A snapshot is plain HDF5 (docs/store.md, "Snapshot format"). File attributes: ``format`` = "gpuemb-snapshot",
 ``version`` = 1, ``id`` (a fresh hex id), ``kind`` ("full" or "incremental"), ``base`` (the id an incremental
