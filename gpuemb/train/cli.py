@@ -17,7 +17,7 @@ from gpuemb.comm import LocalCommunicator
 from gpuemb.io.errors import DataError
 from gpuemb.store.errors import StoreError
 
-from .config import SECTIONS, TrainConfig
+from .config import FIELDS, SECTIONS, TrainConfig
 from .settings import choices_of, default_of, flag_of, key_of
 from .errors import ConfigError, TrainError
 from .run import Reporter, train
@@ -79,8 +79,8 @@ def parse_config(argv, description=None):
     p = parser(description)
     values = vars(p.parse_args(argv))
     path = values.pop("config", None)
-    if "model_args" in values:
-        values["model_args"] = dict(values["model_args"])
+    for key in [k for k in values if FIELDS[k].metadata["kind"] == "dict"]:
+        values[key] = dict(values[key])  # KEY=VALUE pairs, one a flag
     try:
         if path is None:
             return TrainConfig.from_dict(values, "the command line")

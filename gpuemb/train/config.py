@@ -72,12 +72,13 @@ class TrainConfig:
 
     @classmethod
     def from_file(cls, path, overrides=None):
-        """The config of a TOML or JSON file, then ``overrides`` (keys to values) on top; the ``model_args`` of
-        both are merged."""
+        """The config of a TOML or JSON file, then ``overrides`` (keys to values) on top; a table setting
+        (``model_args``) is the file's and the overrides' entries merged."""
         values = normalize(flatten(read_file(path)), os.fspath(path))
         overrides = normalize(overrides or {}, "the command line")
-        if "model_args" in overrides and isinstance(values.get("model_args"), dict):
-            overrides["model_args"] = {**values["model_args"], **overrides["model_args"]}
+        for key in [k for k in overrides if FIELDS[k].metadata["kind"] == "dict"]:
+            if isinstance(values.get(key), dict):
+                overrides[key] = {**values[key], **overrides[key]}
         return cls._build({**values, **overrides})
 
     def replace(self, **values):
