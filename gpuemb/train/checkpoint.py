@@ -94,11 +94,10 @@ class FiniteRows:
             yield k, rows, steps
 
 
-def folder_names(directory, step, token=None):
+def folder_names(directory, step, token):
     """``(name, final, tmp)``: the checkpoint of ``step``'s folder name, its path, and the temporary folder it is
-    written in (``token`` tells two writers apart; one process makes its own)."""
+    written in (``token``, a random hex string rank 0 draws, tells two writers apart)."""
     name = f"step-{step:09d}"
-    token = token or uuid.uuid4().hex[:8]
     return name, os.path.join(directory, name), os.path.join(directory, f".{name}.tmp-{token}")
 
 

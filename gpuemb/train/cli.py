@@ -18,7 +18,7 @@ from gpuemb.io.errors import DataError
 from gpuemb.store.errors import StoreError
 
 from .config import FIELDS, SECTIONS, TrainConfig
-from .settings import choices_of, default_of, flag_of, key_of
+from .fields import choices_of, default_of, flag_of, key_of
 from .errors import ConfigError, TrainError
 from .run import Reporter, train
 

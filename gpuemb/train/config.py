@@ -25,7 +25,7 @@ from gpuemb.autograd.plain import plain
 from .errors import ConfigError
 from .sections import (CheckpointSettings, DataSettings, DistributedSettings, ModelSettings, OptimizationSettings,
                        OutputSettings, RunSettings, StoreSettings)
-from .settings import default_of, flag_of, key_of
+from .fields import default_of, flag_of, key_of
 
 
 @dataclass(frozen=True)

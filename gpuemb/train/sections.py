@@ -19,7 +19,7 @@ from gpuemb.kernels.mlp import PRECISIONS
 from gpuemb.sharding.spec import SHARDINGS
 from gpuemb.store.options import INIT_KINDS, PLACEMENTS, SHORT_DTYPES, StoreOptions
 
-from .settings import Section, flag_of, setting
+from .fields import Section, flag_of, setting
 
 PRESETS = ("quick", *SYNTHETIC_PRESETS)  # quick: gpuemb.train.data.QUICK, sized for a CPU run
 TABLES = ("shared", "per-feature")

@@ -15,7 +15,7 @@ from gpuemb.train import ConfigError, Run, TrainConfig
 from gpuemb.train.config import FIELDS, resume_differences
 from gpuemb.train.cluster import Cluster, RankBatches
 from gpuemb.train.loop import Batches
-from gpuemb.train.settings import choices_of
+from gpuemb.train.fields import choices_of
 
 
 def cluster(rank, world_size, **flags):

@@ -1,6 +1,6 @@
-"""A run config's settings: a dataclass field with its help, key, flag, choices and range, and its checks.
+"""The fields of the run config's sections: each a dataclass field with its help, key, flag, choices and range.
 
-A section of the run config (``config.py``) is a frozen dataclass of ``setting`` fields. Each setting has a key,
+A section of the run config (``sections.py``) is a frozen dataclass of ``setting`` fields. Each setting has a key,
 which is how a TOML or JSON file and ``TrainConfig.of`` name it (its field name unless said otherwise), and a flag
 made from the key (``batch_size`` -> ``--batch-size``). ``choices`` may be a registry (``gpuemb.optim.RULES``):
 it is read when a value is checked or a parser is made, so a class registered later is a valid choice.
