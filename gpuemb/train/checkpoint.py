@@ -230,6 +230,10 @@ def read_manifest(folder):
     if body.get("format") != FORMAT or body.get("version") != VERSION:
         raise CheckpointError(f"{path}: format {body.get('format')!r} version {body.get('version')!r}, not "
                               f"{FORMAT!r} version {VERSION}")
+    for key in ("files", "config"):  # a manifest that checks out but was written by something else
+        if not isinstance(body.get(key), dict):
+            raise CheckpointError(f"{path}: its {key!r} is {type(body.get(key)).__name__}, not a table; the "
+                                  "manifest was not written by gpuemb, resume from another checkpoint")
     for name, want in body["files"].items():
         file = os.path.join(folder, name)
         if not os.path.isfile(file):

@@ -91,6 +91,14 @@ def flip_byte(path, offset):
         f.write(bytes([byte[0] ^ 0xFF]))
 
 
+def rewrite_manifest(folder, **changes):
+    """The manifest with ``changes`` in its body and a checksum that matches them: hostile, not corrupt."""
+    doc = json.loads((folder / "manifest.json").read_text())
+    doc["body"].update(changes)
+    doc["crc32"] = ckpt._body_crc(doc["body"])
+    (folder / "manifest.json").write_text(json.dumps(doc))
+
+
 @pytest.mark.parametrize("damage,message", [
     (lambda d: flip_byte(d / "state.h5", os.path.getsize(d / "state.h5") // 2), "state.h5: its CRC32 does not match"),
     (lambda d: os.truncate(d / "embeddings.h5", 1000), "embeddings.h5: is 1000 bytes, the manifest says"),
@@ -98,6 +106,7 @@ def flip_byte(path, offset):
     (lambda d: (d / "manifest.json").write_text((d / "manifest.json").read_text().replace('"step": 4', '"step": 5')),
      "manifest.json: its checksum does not match"),
     (lambda d: (d / "manifest.json").write_text("{"), "manifest.json: cannot be read"),
+    (lambda d: rewrite_manifest(d, config=[1, 2]), "manifest.json: its 'config' is list, not a table"),
 ])
 def test_a_corrupt_checkpoint_is_named_and_not_loaded(tmp_path, saved, damage, message):
     damage(saved / "step-000000004")
