@@ -155,15 +155,15 @@ class RowLevel:
 
     def flush(self, chunk=1 << 16):
         """Write every dirty row down to the home, so the home holds the newest of every row."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} leaves this to CacheLevel and HomeLevel")
 
     def _fetch(self, keys):
         """``(rows [n, width], steps [n])`` of ``keys``, absent here."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} leaves this to CacheLevel and HomeLevel")
 
     def _evicting(self, slots):
         """Called with the slots about to be evicted, before their keys are forgotten."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} leaves this to CacheLevel and HomeLevel")
 
     def _insert(self, keys):
         """Fresh slots for absent ``keys``, evicting first when the bound would be passed."""
