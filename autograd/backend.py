@@ -4,16 +4,22 @@ The device is picked once, at import, from ``GPUEMB_DEVICE``:
 
 - ``cpu``: NumPy arrays and numba CPU kernels;
 - ``cuda``: CuPy arrays; raises :class:`DeviceUnavailableError` if there is no usable GPU;
+- ``emulated``: a strict NumPy stand-in for CuPy, cuBLASLt and NCCL (``autograd/emulated/``), with numba.cuda
+  kernels in numba's simulator: the GPU code paths, run on a CPU. A test device, chosen only by name;
 - ``auto`` (the default): CUDA when ``cupy.cuda.is_available()`` is true, else the CPU.
 
 Everything else in the project asks this module: ``xp`` for new arrays, :func:`get_array_module` for the
-module that matches arrays it was handed. No other module imports cupy.
+module that matches arrays it was handed, :func:`library` for the GPU libraries (cupyx, NCCL, nvmath), and
+:func:`to_device`, :func:`to_host`, :func:`item` and :func:`synchronize` to cross between host and device, which
+``transfers`` counts. No other module imports cupy, and none knows that the emulated device exists.
 """
 import os
 
 import numpy
 
-DEVICES = ("cpu", "cuda", "auto")
+from . import transfers
+
+DEVICES = ("cpu", "cuda", "emulated", "auto")
 
 # numba's parallel kernels run on OpenMP threads that spin after each kernel, which starves the BLAS threads
 # of the matmul that follows on a small machine (measured on 2 cores: a matmul + ReLU kernel pair took about 3x
@@ -45,6 +51,10 @@ def _select(requested):
             f"GPUEMB_DEVICE={requested!r} is not a device; use one of {', '.join(DEVICES)}")
     if requested == "cpu":
         return "cpu", None, "GPUEMB_DEVICE=cpu"
+    if requested == "emulated":
+        from . import emulated
+        emulated.switch_on_simulator()  # raises DeviceUnavailableError when it is too late
+        return "emulated", emulated.cupy, "GPUEMB_DEVICE=emulated: NumPy behind CuPy's API, kernels in numba's simulator"
     cupy_mod, why = _probe_cupy()
     if requested == "cuda":
         if cupy_mod is None:
@@ -59,14 +69,15 @@ def _select(requested):
 
 _REQUESTED = os.environ.get("GPUEMB_DEVICE", "auto").strip().lower() or "auto"
 DEVICE, _cupy, _REASON = _select(_REQUESTED)
-xp = _cupy if DEVICE == "cuda" else numpy
-"""The array module of the chosen device: cupy or numpy."""
+xp = numpy if _cupy is None else _cupy
+"""The array module of the chosen device: cupy (or its emulation) or numpy."""
+_REAL_GPU = DEVICE == "cuda"
 
 
 def device_info():
     """What was chosen and why, as a dict that prints well."""
     info = {"device": DEVICE, "requested": _REQUESTED, "reason": _REASON, "array_module": xp.__name__}
-    if DEVICE == "cuda":
+    if _cupy is not None:
         dev = _cupy.cuda.Device()
         props = _cupy.cuda.runtime.getDeviceProperties(dev.id)
         name = props["name"]
@@ -81,8 +92,13 @@ def array_modules():
 
 
 def gpu_available():
-    """True when the GPU was chosen."""
+    """True when a device was chosen: a GPU, or the emulated one."""
     return _cupy is not None
+
+
+def real_gpu():
+    """True on a real CUDA GPU only: what speed, memory and real library behaviour need."""
+    return _REAL_GPU
 
 
 def get_array_module(*arrays):
@@ -99,21 +115,57 @@ def is_device_array(a):
 def to_host(a):
     """A NumPy array with the same data (a copy when it lives on the GPU)."""
     if is_device_array(a):
+        if _REAL_GPU:
+            transfers.to_host(a.nbytes)
         return _cupy.asnumpy(a)
     return numpy.asarray(a)
 
 
 def to_device(a, dtype=None):
-    """An array of the chosen device with the same data."""
+    """An array of the chosen device with the same data (one upload when ``a`` is on the host)."""
+    if _REAL_GPU and not is_device_array(a):
+        transfers.to_device(numpy.asarray(a).nbytes)
     return xp.asarray(a, dtype=dtype)
+
+
+def item(a):
+    """The Python scalar held by a one-element array: on a device, a copy back and a wait for the stream."""
+    if is_device_array(a):
+        if _REAL_GPU:
+            transfers.to_host(a.itemsize)
+            transfers.sync()
+        return a.item()
+    return a.item() if isinstance(a, (numpy.ndarray, numpy.generic)) else a
+
+
+def library(name):
+    """The device's GPU library ``name``: ``cupyx``, ``nccl`` (CuPy's binding), ``nvmath.linalg`` or
+    ``nvmath.linalg.advanced``, imported on first use; under the emulated device, its stand-in."""
+    if DEVICE == "emulated":
+        return _cupy.library(name)
+    import importlib
+    return importlib.import_module({"nccl": "cupy.cuda.nccl"}.get(name, name))
+
+
+def launchable(dispatcher):
+    """A ``cuda.jit`` kernel, as the chosen device launches it (autograd/launch.py)."""
+    return _cupy.launchable(dispatcher) if DEVICE == "emulated" else dispatcher
+
+
+def kernel_stream(array):
+    """The stream a kernel launch takes: CuPy's current one for a real GPU's arrays, so kernels order with CuPy's
+    own work; the default one otherwise (the simulator runs every launch at once)."""
+    if _REAL_GPU and is_device_array(array):
+        from numba import cuda
+        return cuda.external_stream(current_stream().ptr)
+    return 0
 
 
 def pinned_empty(shape, dtype=numpy.float32):
     """A host array in page-locked memory where there is a GPU, so copies to the device can be asynchronous."""
     if _cupy is None:
         return numpy.empty(shape, dtype=dtype)
-    import cupyx  # ships with cupy; imported here so the CPU path never touches it
-    return cupyx.empty_pinned(shape, dtype=dtype)
+    return library("cupyx").empty_pinned(shape, dtype=dtype)
 
 
 class _NullStream:
@@ -153,14 +205,15 @@ def current_stream():
 def synchronize():
     """Wait for all GPU work of this device; nothing on the CPU."""
     if _cupy is not None:
+        if _REAL_GPU:
+            transfers.sync()
         _cupy.cuda.Device().synchronize()
 
 
 def scatter_add(a, indices, values):
     """``a[indices] += values`` with repeated indices accumulated, on either backend."""
     if is_device_array(a):
-        import cupyx  # ships with cupy; imported here so the CPU path never touches it
-        cupyx.scatter_add(a, indices, values)
+        library("cupyx").scatter_add(a, indices, values)
     else:
         numpy.add.at(a, indices, values)
 

@@ -1,10 +1,24 @@
-"""What every numba.cuda kernel launch needs: a grid size and the stream that CuPy is using.
+"""What every numba.cuda kernel needs: a definition the device can launch, a grid size and the stream that CuPy is
+using.
 
 It sits beside the backend, below every package that launches kernels (optim, gpuemb.kernels, gpuemb.store).
 """
 from numba import cuda
 
 from . import backend
+
+KERNELS = {}
+"""Every kernel defined through :func:`kernel`, by ``module.name``: the PTX check compiles each of them."""
+
+
+def kernel(fn=None, *, cache=True):
+    """``cuda.jit`` for a kernel (not a device function), handed to the backend so that the chosen device's arrays
+    reach it: CuPy's through ``__cuda_array_interface__`` as they are, the emulated device's as simulator arrays."""
+    if fn is None:
+        return lambda f: kernel(f, cache=cache)
+    dispatcher = backend.launchable(cuda.jit(cache=cache)(fn) if cache else cuda.jit(fn))
+    KERNELS[f"{fn.__module__}.{fn.__qualname__}"] = dispatcher
+    return dispatcher
 
 
 def blocks_for(n, threads=256):
@@ -18,6 +32,4 @@ def stream_for(array):
     Host arrays (the simulator's, or a test handing NumPy to a real GPU) get the default stream: numba copies
     them to the device and back around the launch.
     """
-    if backend.is_device_array(array):
-        return cuda.external_stream(backend.current_stream().ptr)
-    return 0
+    return backend.kernel_stream(array)

@@ -21,7 +21,7 @@ import numpy as np
 from numba import cuda
 
 from gpuemb.autograd import backend
-from gpuemb.autograd.launch import blocks_for, stream_for
+from gpuemb.autograd.launch import blocks_for, kernel, stream_for
 
 SGD, MOMENTUM, ADAGRAD, ROWWISE_ADAGRAD, ADAM, FTRL = range(6)
 KERNELS = {"sgd": SGD, "momentum": MOMENTUM, "adagrad": ADAGRAD, "rowwise_adagrad": ROWWISE_ADAGRAD, "adam": ADAM,
@@ -128,14 +128,14 @@ _bias_corrections_gpu = cuda.jit(device=True)(_bias_corrections)
 _update_element_gpu = cuda.jit(device=True)(_update_element)
 
 
-@cuda.jit(cache=True)
+@kernel
 def _begin_rows_kernel(rows, steps, has_steps, slots, grads, kind, h):
     i = cuda.grid(1)
     if i < slots.shape[0]:
         _begin_row_gpu(rows, steps, has_steps, slots[i], grads, i, kind, h)
 
 
-@cuda.jit(cache=True)
+@kernel
 def _update_elements_kernel(rows, steps, has_steps, slots, grads, kind, h, lr):
     k = cuda.grid(1)
     D = grads.shape[1]

@@ -16,7 +16,7 @@ from numba import cuda
 
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
-from gpuemb.autograd.launch import blocks_for, stream_for
+from gpuemb.autograd.launch import blocks_for, kernel, stream_for
 
 CODECS = ("fp32", "fp16", "bf16", "int8")
 _ROW_THREADS = 128  # the int8 kernel's block: one row, its absmax reduced in shared memory
@@ -75,14 +75,14 @@ def bf16_decode_cpu(h):
     return out.view(np.float32).reshape(h.shape)
 
 
-@cuda.jit(cache=True)
+@kernel
 def _bf16_encode_kernel(u, out):
     i = cuda.grid(1)
     if i < u.size:
         out[i] = _bf16_from_bits_gpu(u[i])
 
 
-@cuda.jit(cache=True)
+@kernel
 def _bf16_decode_kernel(h, out):
     i = cuda.grid(1)
     if i < h.size:
@@ -161,7 +161,7 @@ def int8_decode_cpu(q, scale):
     return _int8_decode_cpu(q, scale, np.empty(q.shape, np.float32))
 
 
-@cuda.jit(cache=True)
+@kernel
 def _int8_encode_kernel(x, q, scale):
     r = cuda.blockIdx.x
     tid = cuda.threadIdx.x
@@ -186,7 +186,7 @@ def _int8_encode_kernel(x, q, scale):
         scale[r] = absmax / numba.float32(127)
 
 
-@cuda.jit(cache=True)
+@kernel
 def _int8_decode_kernel(q, scale, D, out):
     k = cuda.grid(1)
     if k < q.size:  # flat views: element k is in row k // D

@@ -20,7 +20,7 @@ from numba import cuda
 from gpuemb.autograd import Function
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
-from gpuemb.autograd.launch import blocks_for, stream_for
+from gpuemb.autograd.launch import blocks_for, kernel, stream_for
 
 FORMS = {"vector": 1, "matrix": 1, "lowrank": 2}  # form: how many weight matrices it takes
 
@@ -67,7 +67,7 @@ def combine_backward_cpu(gy, x0, h, b, bias_inside=True):
     return _combine_backward_cpu(gy, x0, h, b, bias_inside, np.empty(x0.shape, x0.dtype), np.empty(x0.shape, x0.dtype))
 
 
-@cuda.jit(cache=True)
+@kernel
 def _combine_kernel(x0, h, b, xl, inside, out):
     k = cuda.grid(1)
     D = x0.shape[1]
@@ -77,7 +77,7 @@ def _combine_kernel(x0, h, b, xl, inside, out):
         out[r, d] = x0[r, d] * (hb + b[d]) + xl[r, d] if inside else x0[r, d] * hb + b[d] + xl[r, d]
 
 
-@cuda.jit(cache=True)
+@kernel
 def _combine_backward_kernel(gy, x0, h, b, inside, g_x0, g_h):
     k = cuda.grid(1)
     D = x0.shape[1]

@@ -31,7 +31,7 @@ from gpuemb.autograd.backend import get_array_module, is_device_array
 
 from .chunks import chunk_size
 from .mlp import PRECISIONS
-from gpuemb.autograd.launch import stream_for
+from gpuemb.autograd.launch import kernel, stream_for
 
 MAX_ROWS_CUDA = 128  # n = F + 1 the CUDA kernels take: the shared tile is [128, 33] (17 KiB in float32)
 TILE_D = 32
@@ -194,7 +194,7 @@ def _cuda_kernels(dtype):
     acc = numba.float32 if np.dtype(dtype) == np.float16 else nb_type  # the type a dot is summed in
     zero = acc(0)
 
-    @cuda.jit
+    @kernel(cache=False)
     def forward(bottom, emb, out, diag):
         b = cuda.blockIdx.x
         tid, nt = cuda.threadIdx.x, cuda.blockDim.x
@@ -226,7 +226,7 @@ def _cuda_kernels(dtype):
                     out[b, D + p] += s
             cuda.syncthreads()
 
-    @cuda.jit
+    @kernel(cache=False)
     def backward(gy, bottom, emb, g_bottom, g_emb, diag):
         b = cuda.blockIdx.x
         tid = cuda.threadIdx.x

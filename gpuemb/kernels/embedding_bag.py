@@ -26,7 +26,7 @@ from gpuemb.autograd import Function
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
 from .gather import gather_rows_cpu, gather_rows_cuda
-from gpuemb.autograd.launch import blocks_for, stream_for
+from gpuemb.autograd.launch import blocks_for, kernel, stream_for
 
 MODES = ("sum", "mean")
 
@@ -153,7 +153,7 @@ def embedding_bag_backward_cpu(gy, slots, offsets=None, mode="sum"):
 
 
 # -- CUDA --------------------------------------------------------------------------------------------------------
-@cuda.jit(cache=True)
+@kernel
 def _segment_rows_kernel(src, index, bounds, mean, zero, out):
     k = cuda.grid(1)
     D = src.shape[1]

@@ -19,7 +19,7 @@ from gpuemb.autograd import Function
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
 from .chunks import chunk_size
-from gpuemb.autograd.launch import blocks_for, stream_for
+from gpuemb.autograd.launch import blocks_for, kernel, stream_for
 
 
 def fm_ref(emb, reduce=True):
@@ -86,7 +86,7 @@ def fm_backward_cpu(gy, emb):
                             chunk_size(emb.shape[0]), np.empty(emb.shape, dtype=emb.dtype))
 
 
-@cuda.jit(cache=True)
+@kernel
 def _fm_kernel(emb, zero, out):
     k = cuda.grid(1)
     F, D = emb.shape[1], emb.shape[2]
@@ -101,7 +101,7 @@ def _fm_kernel(emb, zero, out):
         out[b, d] = (s * s - q) * 0.5
 
 
-@cuda.jit(cache=True)
+@kernel
 def _fm_backward_kernel(gy, emb, zero, out):
     k = cuda.grid(1)
     F, D = emb.shape[1], emb.shape[2]

@@ -16,7 +16,7 @@ from numba import cuda
 
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
-from gpuemb.autograd.launch import blocks_for, stream_for
+from gpuemb.autograd.launch import blocks_for, kernel, stream_for
 
 
 def gather_rows_ref(table, idx):
@@ -39,7 +39,7 @@ def gather_rows_cpu(table, idx):
     return out
 
 
-@cuda.jit(cache=True)
+@kernel
 def _gather_rows_kernel(table, idx, out):
     k = cuda.grid(1)
     D = table.shape[1]

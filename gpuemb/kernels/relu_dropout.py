@@ -28,7 +28,7 @@ from numba import cuda
 from gpuemb.autograd.backend import get_array_module, is_device_array
 from gpuemb.autograd.function import Function
 
-from gpuemb.autograd.launch import blocks_for, stream_for
+from gpuemb.autograd.launch import blocks_for, kernel, stream_for
 from .philox import MASK32, SHIFT32, philox4x32_10_cpu, philox4x32_10_device, random_bits_ref, split64
 
 
@@ -176,7 +176,7 @@ def relu_dropout_cpu(x, p, seed=0, step=0, training=True, relu=True, bias=None, 
     return out, mask
 
 
-@cuda.jit
+@kernel(cache=False)
 def _relu_dropout_kernel(x, out, mask, bias, s0, s1, t0, t1, thr, scale, row0, relu):
     k = cuda.grid(1)
     words = mask.shape[1]
@@ -219,7 +219,7 @@ def _relu_dropout_backward_cpu(gy, mask, scale, gx):
             gx[r, c] = gy[r, c] * scale if (mask[r, c >> 5] >> (c & 31)) & 1 else zero
 
 
-@cuda.jit(cache=True)
+@kernel
 def _relu_dropout_backward_kernel(gy, mask, scale, gx):
     k = cuda.grid(1)
     cols = gy.shape[1]

@@ -27,7 +27,7 @@ import numpy as np
 from numba import cuda
 
 from gpuemb.autograd.backend import get_array_module
-from gpuemb.autograd.launch import blocks_for, stream_for
+from gpuemb.autograd.launch import blocks_for, kernel, stream_for
 from gpuemb.io.hashing import splitmix64_finalizer
 
 EMPTY = np.int64(-(1 << 63))
@@ -153,7 +153,7 @@ def _claim_row_cuda(keys, k):
             p = 0
 
 
-@cuda.jit(cache=True)
+@kernel
 def _lookup_kernel(keys, slots, batch, want_slots, out):
     i = cuda.grid(1)
     if i < batch.shape[0]:
@@ -161,7 +161,7 @@ def _lookup_kernel(keys, slots, batch, want_slots, out):
         out[i] = max(slots[p], NO_SLOT) if p >= 0 and want_slots else p
 
 
-@cuda.jit(cache=True)
+@kernel
 def _claim_kernel(keys, slots, batch, pos, fresh):
     i = cuda.grid(1)
     n = batch.shape[0]
@@ -175,7 +175,7 @@ def _claim_kernel(keys, slots, batch, pos, fresh):
             cuda.atomic.min(slots, p, np.int32(i - n - 2))
 
 
-@cuda.jit(cache=True)
+@kernel
 def _mark_new_kernel(slots, pos, is_new):
     i = cuda.grid(1)
     n = pos.shape[0]
@@ -187,7 +187,7 @@ def _mark_new_kernel(slots, pos, is_new):
             slots[p] = CLAIMED
 
 
-@cuda.jit(cache=True)
+@kernel
 def _rehash_kernel(old_keys, old_slots, keys, slots):
     q = cuda.grid(1)
     if q < old_keys.shape[0] - 2:

@@ -25,7 +25,7 @@ def test_cpu_is_always_available():
 def test_unknown_device_names_the_choices():
     out = run_with_device("tpu")
     assert out.returncode != 0
-    assert "GPUEMB_DEVICE='tpu' is not a device; use one of cpu, cuda, auto" in out.stderr
+    assert "GPUEMB_DEVICE='tpu' is not a device; use one of cpu, cuda, emulated, auto" in out.stderr
 
 
 @pytest.mark.skipif(backend.gpu_available(), reason="this machine has a GPU, so asking for cuda succeeds")
@@ -54,7 +54,7 @@ def test_cupy_installed_but_no_gpu_falls_back_to_cpu(cupy_without_gpu):
 
 def test_device_info_explains_the_choice():
     info = backend.device_info()
-    assert info["device"] in ("cpu", "cuda")
+    assert info["device"] in ("cpu", "cuda", "emulated")
     assert info["array_module"] == backend.xp.__name__
     assert "GPUEMB_DEVICE" in info["reason"]
 

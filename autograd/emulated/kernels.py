@@ -1,0 +1,35 @@
+"""numba.cuda kernels on the emulated device: launched in numba's simulator on the device arrays' own memory."""
+import numpy as np
+
+from .array import ndarray
+
+
+class Launchable:
+    """A ``cuda.jit`` kernel whose launches take device arrays. A launch with a device array and a host array
+    together is refused: on a GPU numba would copy the host one across and back, unseen."""
+
+    def __init__(self, dispatcher):
+        self.dispatcher = dispatcher
+        self.py_func = getattr(dispatcher, "py_func", None) or getattr(dispatcher, "fn", None)
+
+    def __getitem__(self, config):
+        launch = self.dispatcher[config]
+        name = getattr(self.py_func, "__name__", "kernel")
+
+        def run(*args):
+            if any(isinstance(a, ndarray) for a in args):
+                for a in args:
+                    if isinstance(a, np.ndarray) and a.ndim:
+                        raise TypeError(f"kernel {name}: a host array (shape {a.shape}) among device arrays; "
+                                        f"copy it across with backend.to_device first")
+                from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+                args = [FakeCUDAArray(a._a) if isinstance(a, ndarray) else a for a in args]
+            return launch(*args)
+        return run
+
+    def __getattr__(self, name):
+        return getattr(self.dispatcher, name)
+
+
+def launchable(dispatcher):
+    return Launchable(dispatcher)
