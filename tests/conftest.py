@@ -1,8 +1,12 @@
 """The test harness: every-backend fixtures and the gpu / cudasim markers.
 
-- ``xp``: a test that takes it runs once per backend, NumPy always and CuPy where there is a GPU (that run is
-  skipped, with the reason, elsewhere). Compare against the NumPy reference.
-- ``@pytest.mark.gpu``: needs a real CUDA GPU; skipped visibly where there is none.
+- ``xp``: a test that takes it runs once per backend, NumPy always and the device's module where there is one
+  (CuPy on a GPU, its stand-in under ``GPUEMB_DEVICE=emulated``; skipped, with the reason, elsewhere). Compare
+  against the NumPy reference.
+- ``@pytest.mark.gpu``: runs on a device: a real GPU, or the emulated one (the emulation pass of .ci/run);
+  skipped visibly on the CPU.
+- ``@pytest.mark.real_gpu``: needs real hardware (speed, memory, cuBLASLt and NCCL themselves); skipped under
+  emulation too.
 - ``@pytest.mark.cudasim``: runs numba.cuda kernels, either in numba's simulator (``NUMBA_ENABLE_CUDASIM=1``
   set before numba is imported: the second pytest pass of .ci/run) or on a real GPU. Skipped otherwise.
 - ``mpi_run``: runs a script on n ranks under a real ``mpiexec`` on the CPU; skipped, with the reason, where
@@ -22,7 +26,9 @@ import pytest
 from gpuemb.autograd import backend
 
 CUDASIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
-NO_GPU = "needs a CUDA GPU; " + backend.device_info()["reason"]
+NO_GPU = ("needs a device: a CUDA GPU, or GPUEMB_DEVICE=emulated (the emulation pass of .ci/run); "
+          + backend.device_info()["reason"])
+NO_REAL_GPU = "needs a real CUDA GPU; " + backend.device_info()["reason"]
 NO_CUDA_TARGET = ("runs numba.cuda kernels: needs NUMBA_ENABLE_CUDASIM=1 (the simulator pass of .ci/run: "
                   "`NUMBA_ENABLE_CUDASIM=1 pytest -m cudasim`) or a GPU")
 
@@ -31,18 +37,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not backend.gpu_available():
             item.add_marker(pytest.mark.skip(reason=NO_GPU))
+        if "real_gpu" in item.keywords and not backend.real_gpu():
+            item.add_marker(pytest.mark.skip(reason=NO_REAL_GPU))
         if "cudasim" in item.keywords and not (CUDASIM or backend.gpu_available()):
             item.add_marker(pytest.mark.skip(reason=NO_CUDA_TARGET))
 
 
-def _module(name):
-    return next(m for m in backend.array_modules() if m.__name__ == name)
-
-
-@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+@pytest.fixture(params=["numpy", pytest.param("device", marks=pytest.mark.gpu)])
 def xp(request):
-    """The array module under test: numpy, then cupy where there is a GPU."""
-    return _module(request.param)
+    """The array module under test: numpy, then the device's (cupy, or the emulated one) where there is one."""
+    return numpy if request.param == "numpy" else backend.xp
 
 
 @pytest.fixture
