@@ -16,7 +16,9 @@ class Tensor:
     def __init__(self, data, requires_grad=False, name=None):
         if isinstance(data, Tensor):
             data = data.data
-        if not isinstance(data, numpy.ndarray) and not backend.is_device_array(data):
+        if isinstance(data, numpy.generic):  # a NumPy reduction's scalar is host data, as its array would be
+            data = numpy.asarray(data)
+        elif not isinstance(data, numpy.ndarray) and not backend.is_device_array(data):
             data = backend.xp.asarray(data)
         self.data = data
         self.requires_grad = bool(requires_grad)

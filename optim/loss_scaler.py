@@ -18,7 +18,7 @@ import math
 import warnings
 from dataclasses import dataclass
 
-from gpuemb.autograd import Tensor
+from gpuemb.autograd import Tensor, backend
 from gpuemb.autograd.backend import get_array_module
 
 from .settings import Settings
@@ -71,13 +71,16 @@ class LossScaler:
 
     def unscale_arrays_(self, grads):
         """Divide each gradient array by the scale in place, each distinct array once; True if all are finite."""
-        inv, finite, seen = 1.0 / self.loss_scale, True, set()
+        inv, seen, flags = 1.0 / self.loss_scale, set(), {}
         for g in grads:
             if id(g) in seen:  # the same array reached twice (e.g. assigned as two grads) must not shrink twice
                 continue
             seen.add(id(g))
             g *= inv
-            finite &= bool(get_array_module(g).isfinite(g).all())
+            xp = get_array_module(g)
+            flags.setdefault(xp, []).append(xp.isfinite(g).all())
+        # one reduction and one read per array module: a read per gradient would stall a GPU once per array
+        finite = all(backend.item(xp.stack(f).all()) for xp, f in flags.items())
         self._found_inf |= not finite
         self._checked = True
         return finite

@@ -42,34 +42,34 @@ def early_flag(argv, name):
         return None
 
 
-def use_local_gpu(device):
+def use_local_gpu(backend):
     """Under a launcher, make this rank's GPU the one of its index on the host (GPU 0 for the first rank of each
     host, 1 for the second...) before anything allocates, so ranks on a multi-GPU node do not share GPU 0."""
     local = next((os.environ[n] for n in LOCAL_RANK_ENV if os.environ.get(n, "").isdigit()), None)
-    if local is None or device == "cpu":
-        return
-    try:
-        import cupy
-        cupy.cuda.Device(int(local) % cupy.cuda.runtime.getDeviceCount()).use()
-    except Exception:  # no CuPy or no GPU: the backend picks the CPU, or says why it cannot use the GPU
-        pass
+    if local is not None and backend.gpu_available():
+        cuda = backend.xp.cuda
+        cuda.Device(int(local) % cuda.runtime.getDeviceCount()).use()
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     device = early_flag(argv, "device")
-    if isinstance(device, str) and device in ("auto", "cpu", "cuda"):
+    if isinstance(device, str):  # the backend names the devices, and refuses an unknown one below
         os.environ["GPUEMB_DEVICE"] = device
-    use_local_gpu(os.environ.get("GPUEMB_DEVICE", "auto"))
     try:
-        import gpuemb  # noqa: F401  (picks the device)
+        from gpuemb.autograd import backend  # picks the device
         from gpuemb import comm
-    except Exception as e:  # DeviceUnavailableError or a bad GPUEMB_DEVICE: a message, not a traceback
+    except ValueError as e:  # the backend refuses a name it does not know
+        where = "argument --device" if isinstance(device, str) else "GPUEMB_DEVICE"
+        print(f"train.py: error: {where}: invalid choice: {os.environ['GPUEMB_DEVICE']!r} ({e})", file=sys.stderr)
+        return 2
+    except Exception as e:  # DeviceUnavailableError: a message, not a traceback
         print(f"train.py: {e}", file=sys.stderr)
         return 2
-    backend = early_flag(argv, "comm-backend")
+    use_local_gpu(backend)
+    comm_backend = early_flag(argv, "comm-backend")
     try:
-        world = comm.init(backend if backend in comm.BACKENDS else "auto")
+        world = comm.init(comm_backend if comm_backend in comm.BACKENDS else "auto")
     except (comm.CommError, ValueError) as e:  # local in a job of several ranks, nccl without a GPU, no mpi4py
         print(f"train.py: error: --comm-backend: {e}", file=sys.stderr)
         return 2

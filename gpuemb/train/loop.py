@@ -55,11 +55,18 @@ class Trainer:
             raise TrainError(f"step {self.step + 1}: the model gives logits of shape {logits.shape} and the "
                              f"labels have shape {tuple(labels.shape)}; a model of {labels.shape[1:] or 1} tasks "
                              "fits this data")
-        loss = bce_with_logits(logits, get_array_module(logits.data).asarray(labels, logits.dtype))
-        value = self.cluster.mean(float(loss.item()))  # the global batch's: every rank agrees whether it is finite
+        xp = get_array_module(logits.data)
+        loss = bce_with_logits(logits, xp.asarray(labels, logits.dtype))
+        # The step's one read from the device: the loss, and whether the last step left the dense parameters
+        # finite (checked here rather than after that step's update, so a step waits for the device only once).
+        local, finite = backend.to_host(xp.stack([loss.data.astype(xp.float32), finite_flag(self.model, xp)]))
+        value = self.cluster.mean(float(local))  # the global batch's: every rank agrees whether it is finite
         if not math.isfinite(value):
             raise DivergedError(f"the loss became {value} at step {self.step + 1} (lr {lr:g}, embedding lr "
                                 f"{embedding_lr:g})")
+        if not finite:
+            raise DivergedError(f"after step {self.step} the dense parameter {non_finite(self.model)} holds NaN or "
+                                f"inf (lr {lr:g}, embedding lr {embedding_lr:g})")
         self.optimizer.zero_grad()
         if self.scaler is None:
             loss.backward()
@@ -70,10 +77,6 @@ class Trainer:
         self.step += 1
         self.samples += batch.rows * self.cluster.world_size
         self.cluster.end_step()
-        bad = non_finite(self.model)
-        if bad:  # a dead ReLU net can keep the loss finite for a while; the weights tell at once
-            raise DivergedError(f"after step {self.step} the dense parameter {bad} holds NaN or inf (lr {lr:g}, "
-                                f"embedding lr {embedding_lr:g})")
         return value
 
     def state_dict(self):
@@ -91,19 +94,26 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
 
 
-def non_finite(model):
-    """The name of the first dense parameter of ``model`` holding NaN or inf, or None.
+def _finite(model, xp):
+    """Per dense parameter of ``model``, whether it is all finite: a device array, nothing read yet."""
+    return xp.stack([xp.isfinite(p.data).all() for _, p in model.named_parameters()] or [xp.asarray(True)])
 
-    One reduction per parameter on the device and a single host sync per step: a ``bool()`` per parameter would
-    stall a GPU once per layer."""
-    params = list(model.named_parameters())
+
+def finite_flag(model, xp):
+    """1.0 where every dense parameter of ``model`` is finite, else 0.0, as a device scalar of float32.
+
+    A dead ReLU net can keep the loss finite for a while; the weights tell at once. One reduction per parameter
+    and no read: a ``bool()`` per parameter would stall a GPU once per layer."""
+    return _finite(model, xp).all().astype(xp.float32)
+
+
+def non_finite(model):
+    """The name of the first dense parameter of ``model`` holding NaN or inf, or None (one read)."""
+    params = [name for name, _ in model.named_parameters()]
     if not params:
         return None
-    xp = get_array_module(params[0][1].data)
-    finite = xp.stack([xp.isfinite(p.data).all() for _, p in params])
-    if bool(finite.all()):
-        return None
-    return params[int(xp.argmin(finite))][0]  # argmin of booleans: the first False
+    finite = backend.to_host(_finite(model, get_array_module(model.parameters()[0].data)))
+    return None if finite.all() else params[int(finite.argmin())]  # argmin of booleans: the first False
 
 
 class Batches:
