@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 import bench_train_torch
-from gpuemb.autograd import backend
+from gpuemb.autograd import backend, transfers
 from gpuemb.io import synthetic
 from gpuemb.io.loader import Loader, LoaderConfig
 from gpuemb.train import TrainConfig
@@ -98,10 +98,11 @@ def ours(config, data, warmup, steps, profile=None):
             before = [t.stats()["levels"][0] for t in run.tables.values()]
             profiler = cProfile.Profile() if profile else None
             backend.synchronize()
-            start = time.perf_counter()
+            start, counted = time.perf_counter(), transfers.COUNTS.snapshot()
             if profiler:
                 profiler.enable()
             losses = [pipeline.step() for _ in range(steps)]
+            crossed = transfers.COUNTS.since(counted)
             backend.synchronize()
             seconds = time.perf_counter() - start
             if profiler:
@@ -112,7 +113,8 @@ def ours(config, data, warmup, steps, profile=None):
         seen = hits + sum(a["misses"] - b["misses"] for a, b in zip(after, before))
         return {"samples_per_s": steps * config.optimization.batch_size / seconds, "step_ms": 1e3 * seconds / steps,
                 "loss": float(np.mean(losses)), "hit_rate": hits / seen if seen else None,
-                "prefetched": run.pipeline.prefetched, "prefetch_skipped": run.pipeline.skipped}
+                "prefetched": run.pipeline.prefetched, "prefetch_skipped": run.pipeline.skipped,
+                "transfers_per_step": {k: v / steps for k, v in crossed.items()}}
     finally:
         run.close()
 
@@ -182,10 +184,12 @@ def bench(name, args, pipelines):
 def format_row(r):
     def ratio(key):
         return f"{r[key]:.2f}" if r.get(key) is not None else "-"
+    t = r["transfers_per_step"]  # host-device crossings: all zero on the CPU, where nothing crosses
     hit = f"{r['hit_rate']:.2f}" if r["hit_rate"] is not None and r["store"] != "device" else "-"
     return (f"gpuemb {r['store']:<6} pipeline {r['pipeline']:<3} {r['samples_per_s']:>12,.0f} samples/s  "
             f"({r['step_ms']:.1f} ms)  vs torch {ratio('vs_torch')}  vs device {ratio('vs_device')}  "
-            f"cache hits {hit}")
+            f"cache hits {hit}\n    per step: {t['to_device']:.1f} to the device, {t['to_host']:.1f} to the host, "
+            f"{t['syncs']:.1f} syncs, {t['bytes'] / 1e6:.2f} MB")
 
 
 def main(argv=None):
