@@ -1,8 +1,10 @@
-"""The ``mpiexec`` fixture of the comm tests: a script of workers/ on n ranks, with its exit code, output and time."""
+"""The comm tests' fixtures: the environment of a plain process, and a script of workers/ on n ranks."""
 import time
 from pathlib import Path
 
 import pytest
+
+from gpuemb import comm
 
 WORKERS = Path(__file__).parent / "workers"
 
@@ -16,3 +18,9 @@ def mpiexec(mpi_run):
         return done.returncode, done.stdout + done.stderr, time.monotonic() - start
     return run
 
+
+@pytest.fixture
+def plain_process(monkeypatch):
+    """The environment of a process that no launcher started."""
+    for name in comm.SIZE_ENV + comm.RANK_ENV + (comm.TIMEOUT_ENV,):
+        monkeypatch.delenv(name, raising=False)

@@ -7,15 +7,6 @@ from gpuemb import comm
 from gpuemb.autograd.backend import gpu_available, to_host
 from gpuemb.comm import CommError, LocalCommunicator, check_agreement, header
 
-LAUNCHER_ENV = comm.SIZE_ENV + comm.RANK_ENV
-
-
-@pytest.fixture
-def plain_process(monkeypatch):
-    """The environment of a process that no launcher started."""
-    for name in LAUNCHER_ENV + (comm.TIMEOUT_ENV,):
-        monkeypatch.delenv(name, raising=False)
-
 
 def test_every_op_returns_a_fresh_copy_of_its_input(xp, rng):
     c = LocalCommunicator()
