@@ -60,7 +60,7 @@ class Loader:
         self.lo, self.hi = r * n // w, (r + 1) * n // w
         self.epoch, self.position = 0, 0
         self.rows, self.batches, self.seconds, self.stalls, self.stall_s = 0, 0, 0.0, 0, 0.0
-        self._stream = backend.new_stream()
+        self._device, self._stream = backend.current_device(), backend.new_stream()  # the rank's GPU, for the thread
 
     def __len__(self):
         """Batches in a whole epoch of this rank."""
@@ -146,7 +146,9 @@ class Loader:
             for dst, src in zip(host, rows.arrays()):
                 np.take(src, idx, axis=0, out=dst[k:k + idx.size])
             k += idx.size
-        with self._stream:
+        # This runs in the prefetch thread, which starts on GPU 0 (the current device is per thread): the copy goes
+        # to the rank's GPU, on its stream, which CuPy refuses to enter from another device.
+        with self._device, self._stream:
             batch = Batch(*(backend.to_device(a) for a in host))
         self._stream.synchronize()
         return batch

@@ -10,7 +10,9 @@
   every second) that the oldest unfinished one is younger than ``timeout_s`` and that NCCL reports no
   asynchronous error; otherwise it prints one line and aborts every rank.
 
-This module and the backend are the only ones that import cupy: NCCL's binding is part of CuPy.
+CuPy and its NCCL binding come from the backend (``backend.xp``, ``backend.library("nccl")``), as every device
+library does. Where NCCL cannot be used (CuPy found no libnccl, or the binding does not import), creating the
+communicator is a ``CommError`` saying so and what to do.
 """
 import collections
 import time
@@ -19,9 +21,22 @@ import numpy as np
 
 from gpuemb.autograd import backend
 
-from .base import Communicator, as_bytes, like, row_bytes
+from .base import CommError, Communicator, as_bytes, like, row_bytes
 
 _UID_BYTES = 128  # NCCL_UNIQUE_ID_BYTES
+
+
+def nccl_library():
+    """CuPy's NCCL binding, or a ``CommError`` saying why it cannot be used and what to do."""
+    try:
+        nccl = backend.library("nccl")
+    except ImportError as e:
+        raise CommError(f"backend='nccl': CuPy's NCCL binding does not import ({e}); install the gpu or gpu-cu13 "
+                        f"extra, or use backend='mpi'") from None
+    if not getattr(nccl, "available", False):  # CuPy's binding imports without libnccl, then lacks its functions
+        raise CommError("backend='nccl': CuPy found no libnccl; install the gpu or gpu-cu13 extra, which brings "
+                        "NCCL, or use backend='mpi'")
+    return nccl
 
 
 class NcclCommunicator(Communicator):
@@ -30,8 +45,7 @@ class NcclCommunicator(Communicator):
     name = "nccl"
 
     def __init__(self, control, timeout_s=None):
-        import cupy
-        from cupy.cuda import nccl
+        cupy, nccl = backend.xp, nccl_library()
         super().__init__(control.rank, control.world_size, timeout_s, control.local_rank)
         self._cupy, self._nccl_mod, self._control = cupy, nccl, control
         self.device_id = control.local_rank % cupy.cuda.runtime.getDeviceCount()

@@ -1,4 +1,8 @@
-"""The loader: each row once per epoch, disjoint ranks, seeded order, exact resume, whole-chunk reads."""
+"""The loader: each row once per epoch, disjoint ranks, seeded order, exact resume, whole-chunk reads, and batches
+staged on the rank's GPU from the prefetch thread."""
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -123,3 +127,29 @@ def test_loads_converted_sample_and_synthetic_source(data, tmp_path):
     batches = list(Loader(syn, LoaderConfig(100, shuffle=False)))
     np.testing.assert_array_equal(np.concatenate([b.sparse for b in batches]),
                                   np.concatenate([syn.read_block(i).sparse for i in range(8)]))
+
+
+ON_THE_SECOND_GPU = """
+import numpy as np
+from gpuemb.autograd import backend
+from gpuemb.io.loader import Loader, LoaderConfig
+from gpuemb.io.synthetic import SyntheticConfig, SyntheticSource
+
+backend.xp.cuda.Device(1).use()  # this rank's GPU; the prefetch thread starts on GPU 0
+source = SyntheticSource(SyntheticConfig(n_dense=3, cardinalities=(30, 40)), 300, block_rows=64)
+batches = list(Loader(source, LoaderConfig(64, shuffle=False, drop_last=False, prefetch=2)))
+assert all(backend.is_device_array(b.sparse) and backend.is_device_array(b.dense) for b in batches)
+for name in ("label", "dense", "sparse"):
+    got = np.concatenate([backend.to_host(getattr(b, name)) for b in batches])
+    np.testing.assert_array_equal(got, np.concatenate([getattr(source.read_block(i), name) for i in range(5)]))
+print("batches", len(batches), "on device", backend.xp.cuda.Device().id)
+"""
+
+
+def test_batches_are_staged_on_the_ranks_gpu_not_the_prefetch_threads():
+    # a subprocess, so that the emulated device, its two GPUs and the current one stay there
+    env = {**os.environ, "GPUEMB_DEVICE": "emulated", "GPUEMB_EMULATED_GPUS": "2"}
+    done = subprocess.run([sys.executable, "-c", ON_THE_SECOND_GPU], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["batches", "5", "on", "device", "1"], done.stdout

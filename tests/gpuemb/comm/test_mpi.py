@@ -1,23 +1,10 @@
 """The mpi backend under a real ``mpiexec``: the worker scripts in workers/ check every collective against a NumPy
 reference on 2 and 3 ranks, and a rank that raises or hangs must end the whole job, non-zero, within the timeout."""
 import re
-import time
-from pathlib import Path
 
 import pytest
 
-WORKERS = Path(__file__).parent / "workers"
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def mpiexec(mpi_run):
-    """``(exit code, output, seconds)`` of ``workers/script`` on ``n`` ranks."""
-    def run(n, script, *args, timeout_s=120, **env):
-        start = time.monotonic()
-        done = mpi_run(n, WORKERS / script, *args, timeout_s=timeout_s, **env)
-        return done.returncode, done.stdout + done.stderr, time.monotonic() - start
-    return run
 
 
 @pytest.mark.parametrize("n", [2, 3])
