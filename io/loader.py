@@ -13,8 +13,9 @@ row, and differ in size by at most one row. The position within the rank's part 
 ``state_dict()`` holds (epoch, position), and a loader given it yields exactly the batches an uninterrupted run
 would have yielded next.
 
-Batches are gathered into page-locked staging buffers (``backend.pinned_empty``) and copied to the device on a
-side stream (``backend.new_stream``), which the producer thread waits for before handing the batch over. On the
+Batches are gathered into one page-locked staging buffer (``batch.Staging``: label, dense and sparse side by
+side) and copied to the device in one transfer on a side stream (``backend.new_stream``), which the producer
+thread waits for before handing the batch over. On the
 CPU the same code runs, with plain arrays and no-op streams, and the batch is the staging buffer itself.
 """
 import time
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuemb.autograd import backend
-from gpuemb.io.batch import Batch
+from gpuemb.io.batch import Batch, Staging
 from gpuemb.io.prefetch import Prefetcher
 
 
@@ -138,9 +139,9 @@ class Loader:
             yield self._stage(pending, filled), at - self.lo
 
     def _stage(self, pieces, n):
-        """Gather the pieces into pinned buffers, copy them to the device, and wait for the copy."""
-        first = pieces[0][0]
-        host = [backend.pinned_empty((n,) + a.shape[1:], a.dtype) for a in first.arrays()]
+        """Gather the pieces into one pinned buffer, copy it to the device in one transfer, and wait for the copy."""
+        staging = Staging(pieces[0][0], n)
+        host = staging.arrays
         k = 0
         for rows, idx in pieces:
             for dst, src in zip(host, rows.arrays()):
@@ -149,6 +150,6 @@ class Loader:
         # This runs in the prefetch thread, which starts on GPU 0 (the current device is per thread): the copy goes
         # to the rank's GPU, on its stream, which CuPy refuses to enter from another device.
         with self._device, self._stream:
-            batch = Batch(*(backend.to_device(a) for a in host))
+            batch = staging.upload()
         self._stream.synchronize()
         return batch
