@@ -3,9 +3,10 @@ sites pass.
 
 The cudasim pass runs the kernels in numba's simulator, which accepts code that the compiler refuses (a shared
 array shaped by an expression, say). ``compile_ptx`` needs no GPU: only numba-cuda's NVVM (libnvvm, libnvrtc for
-the architectures it supports, libcudart at import), which the ``ptx`` extra installs from PyPI. Where they are missing, the compile tests skip and say why, except under
-``GPUEMB_REQUIRE_PTX=1`` (the PTX pass of .ci/run), where they fail. Arrays are C-contiguous, as the call sites
-make them: a layout changes the index arithmetic, not what compiles.
+the architectures it supports, libcudart at import), which the ``ptx`` extra installs from PyPI. Where they are
+missing, the compile tests skip and say why, except under ``GPUEMB_REQUIRE_PTX=1`` (the PTX pass of .ci/run),
+where they fail. Arrays are C-contiguous, as the call sites make them: a layout changes the index arithmetic, not
+what compiles.
 """
 import importlib
 import os
