@@ -35,6 +35,9 @@ from gpuemb.autograd.launch import kernel, stream_for
 
 MAX_ROWS_CUDA = 128  # n = F + 1 the CUDA kernels take: the shared tile is [128, 33] (17 KiB in float32)
 TILE_D = 32
+# +1 column: rows i and i + 1 fall in different banks. The compiler takes a shared array's shape only as a
+# constant, so the sum is made here: written in the kernel, only the simulator accepts it.
+_SHARED_TILE = (MAX_ROWS_CUDA, TILE_D + 1)
 _FAST = {"reassoc", "contract"}  # lets LLVM vectorise the dot reductions; no nan/inf assumptions
 
 
@@ -189,19 +192,23 @@ def _cuda_kernels(dtype):
     """The forward and backward kernels for one float dtype (the shared tile's type is fixed at compile time).
 
     float16 (mixed precision) stages float16 tiles and sums each dot in float32, rounding once per 32-column
-    tile; this half variant has run only in numba's simulator so far, not on a GPU."""
+    tile; this half variant has run only in numba's simulator so far, and been compiled to PTX, not run on a GPU."""
     nb_type = numba.from_dtype(np.dtype(dtype))
     acc = numba.float32 if np.dtype(dtype) == np.float16 else nb_type  # the type a dot is summed in
     zero = acc(0)
 
-    @kernel(cache=False)
+    def per_dtype(fn):  # launch.KERNELS is keyed by name: one per dtype, so the PTX test sees float32's and float16's
+        fn.__qualname__ = f"{fn.__name__}[{np.dtype(dtype).name}]"
+        return kernel(cache=False)(fn)
+
+    @per_dtype
     def forward(bottom, emb, out, diag):
         b = cuda.blockIdx.x
         tid, nt = cuda.threadIdx.x, cuda.blockDim.x
         F, D = emb.shape[1], emb.shape[2]
         n = F + 1
         P = n * (n - 1) // 2 + diag * n
-        zs = cuda.shared.array((MAX_ROWS_CUDA, TILE_D + 1), nb_type)  # +1: rows i, i+1 fall in different banks
+        zs = cuda.shared.array(_SHARED_TILE, nb_type)
         for k in range(tid, D, nt):
             out[b, k] = bottom[b, k]
         for k in range(D + P + tid, out.shape[1], nt):
@@ -226,14 +233,14 @@ def _cuda_kernels(dtype):
                     out[b, D + p] += s
             cuda.syncthreads()
 
-    @kernel(cache=False)
+    @per_dtype
     def backward(gy, bottom, emb, g_bottom, g_emb, diag):
         b = cuda.blockIdx.x
         tid = cuda.threadIdx.x
         c, rows = tid % TILE_D, cuda.blockDim.x // TILE_D
         F, D = emb.shape[1], emb.shape[2]
         n = F + 1
-        zs = cuda.shared.array((MAX_ROWS_CUDA, TILE_D + 1), nb_type)
+        zs = cuda.shared.array(_SHARED_TILE, nb_type)
         for d0 in range(0, D, TILE_D):
             w = min(TILE_D, D - d0)
             for k in range(tid, n * w, cuda.blockDim.x):
@@ -270,7 +277,8 @@ def dot_interaction_cuda(bottom, emb, self_interaction=False, pad_to=8):
     B, F, D = emb.shape
     out = get_array_module(emb).empty((B, output_width(F, D, self_interaction, pad_to)), dtype=emb.dtype)
     forward, _ = _cuda_kernels(emb.dtype)
-    forward[max(B, 1), 128, stream_for(emb)](bottom, emb, out, int(self_interaction))
+    if B:  # a block per sample and no sample guard: an empty batch has nothing to launch
+        forward[B, 128, stream_for(emb)](bottom, emb, out, int(self_interaction))
     return out
 
 
@@ -279,8 +287,8 @@ def dot_interaction_backward_cuda(gy, bottom, emb, self_interaction=False):
     xp = get_array_module(emb)
     g_bottom, g_emb = xp.empty(bottom.shape, dtype=emb.dtype), xp.empty(emb.shape, dtype=emb.dtype)
     _, backward = _cuda_kernels(emb.dtype)
-    backward[max(emb.shape[0], 1), 8 * TILE_D, stream_for(emb)](gy, bottom, emb, g_bottom, g_emb,
-                                                                   int(self_interaction))
+    if emb.shape[0]:  # as in the forward: no launch for an empty batch
+        backward[emb.shape[0], 8 * TILE_D, stream_for(emb)](gy, bottom, emb, g_bottom, g_emb, int(self_interaction))
     return g_bottom, g_emb
 
 

@@ -133,6 +133,21 @@ def test_cuda_half_variant_sums_in_float32(rng):
         np.testing.assert_allclose(got.astype(np.float32), want, rtol=4e-3, atol=4e-3 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("forward,backward", [
+    (dot_interaction_cpu, dot_interaction_backward_cpu),
+    pytest.param(dot_interaction_cuda, dot_interaction_backward_cuda, marks=pytest.mark.cudasim)], ids=["cpu", "cuda"])
+@pytest.mark.parametrize("diag", [False, True])
+def test_empty_batch(rng, forward, backward, diag):
+    """B = 0: empty outputs of the reference's shapes (the CUDA kernels, a block per sample, launch nothing)."""
+    F, D = 4, 5
+    bottom, emb = _inputs(rng, 0, F, D)
+    gy = rng.standard_normal((0, output_width(F, D, diag))).astype(np.float32)
+    y, want = forward(bottom, emb, diag), dot_interaction_ref(bottom, emb, diag)
+    assert y.shape == want.shape == (0, output_width(F, D, diag)) and y.dtype == np.float32
+    for got, want in zip(backward(gy, bottom, emb, diag), dot_interaction_backward_ref(gy, bottom, emb, diag)):
+        assert got.shape == want.shape and got.dtype == want.dtype == np.float32
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("B,F,D", [(2048, 26, 16), (512, 26, 128), (64, 127, 256)])
 def test_cuda_kernels_on_real_shapes(rng, B, F, D):
