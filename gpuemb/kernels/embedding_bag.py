@@ -58,7 +58,7 @@ def _runs(slots, offsets, n):
     ordered = slots[order]
     starts = xp.flatnonzero(xp.concatenate([xp.ones(min(1, n), dtype=bool), ordered[1:] != ordered[:-1]]))
     bag = xp.searchsorted(offsets, xp.arange(n), side="right") - 1  # the bag of each flat slot position
-    return ordered[starts], bag[order], xp.concatenate([starts, xp.asarray([n], dtype=starts.dtype)])
+    return ordered[starts], bag[order], xp.concatenate([starts, xp.full(1, n, dtype=starts.dtype)])  # no upload
 
 
 # -- reference ---------------------------------------------------------------------------------------------------
@@ -188,10 +188,17 @@ def embedding_bag_backward_cuda(gy, slots, offsets=None, mode="sum"):
 
 # -- dispatch and autograd ---------------------------------------------------------------------------------------
 def _check(slots, offsets, mode, rows=None):
+    """Shapes and types always; the values of host slots and offsets only. Checking device values reads them
+    back and waits for the stream, so on the device they are in range by construction: the store's slots are
+    positions among a batch's unique keys and its offsets are the caller's, checked where they were made."""
     if mode not in MODES:
         raise ValueError(f"embedding_bag: mode={mode!r}; use one of {', '.join(MODES)}")
     if slots.ndim != 1 or slots.dtype.kind not in "iu":
         raise TypeError(f"embedding_bag: slots must be 1-D integers, got {slots.dtype} of shape {slots.shape}")
+    if is_device_array(slots) or (offsets is not None and is_device_array(offsets)):
+        if offsets is not None and offsets.ndim != 1:
+            raise ValueError(f"embedding_bag: offsets must be [B+1], got shape {offsets.shape}")
+        return
     if rows is not None and slots.size and (int(slots.min()) < 0 or int(slots.max()) >= rows):
         raise IndexError(f"embedding_bag: slots span [{int(slots.min())}, {int(slots.max())}], "
                          f"outside the table's {rows} rows")
