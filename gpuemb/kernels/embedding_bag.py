@@ -43,9 +43,9 @@ def _bag_grads(gy, offsets, mode):
     return gy / sizes[:, None]
 
 
-def _row_offsets(offsets, n):
-    """Without pooling, every slot is a bag of one."""
-    return get_array_module(offsets).arange(n + 1) if offsets is None else offsets
+def _row_offsets(offsets, slots):
+    """Without pooling, every slot is a bag of one (on the slots' device)."""
+    return get_array_module(slots).arange(slots.size + 1) if offsets is None else offsets
 
 
 def _runs(slots, offsets, n):
@@ -76,7 +76,7 @@ def embedding_bag_ref(table, slots, offsets=None, mode="sum"):
 
 def embedding_bag_backward_ref(gy, slots, offsets=None, mode="sum"):
     """``(unique_slots [U], summed_row_grads [U, D])`` from the output gradient ``gy`` (``[N, D]`` or ``[B, D]``)."""
-    offsets = _row_offsets(offsets, slots.size)
+    offsets = _row_offsets(offsets, slots)
     per_slot = _bag_grads(gy, offsets, mode)[np.searchsorted(offsets, np.arange(slots.size), side="right") - 1]
     unique, inverse = np.unique(slots, return_inverse=True)
     summed = np.zeros((unique.size, gy.shape[1]), dtype=gy.dtype)
@@ -146,7 +146,7 @@ def _runs_cpu(slots, offsets, n, pooled):
 
 def embedding_bag_backward_cpu(gy, slots, offsets=None, mode="sum"):
     pooled = offsets is not None
-    offsets = _row_offsets(offsets, slots.size)
+    offsets = _row_offsets(offsets, slots)
     unique, bag, bounds = _runs_cpu(slots, offsets, slots.size, pooled)
     out = np.empty((unique.size, gy.shape[1]), dtype=gy.dtype)
     return unique, _segment_rows_cpu(np.ascontiguousarray(_bag_grads(gy, offsets, mode)), bag, bounds, False, out)
@@ -181,7 +181,7 @@ def embedding_bag_cuda(table, slots, offsets=None, mode="sum"):
 
 
 def embedding_bag_backward_cuda(gy, slots, offsets=None, mode="sum"):
-    offsets = _row_offsets(offsets, slots.size)
+    offsets = _row_offsets(offsets, slots)
     unique, bag, bounds = _runs(slots, offsets, slots.size)
     return unique, _segment_rows_cuda(_bag_grads(gy, offsets, mode), bag, bounds, False)
 

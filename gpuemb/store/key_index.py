@@ -125,11 +125,12 @@ class KeyIndex:
         """Whether a claim adding ``n`` entries surely stays under ``max_load`` without a read."""
         return self.used_bound + n <= self.max_load * self.capacity
 
-    def settle(self, used, live, more):
-        """Take the true count of ``used`` rows (just read) and the ``live`` keys, and make room for ``more``."""
+    def settle(self, used, live, more, ahead=0):
+        """Take the true count of ``used`` rows (just read) and of the ``live`` keys, and make room for ``more``
+        entries, and for ``ahead`` more after them (rehashing a little early saves the next claims a read)."""
         self.used_bound = used
-        if used + more > self.max_load * self.capacity:
-            self._rehash(self._capacity_for(live + more), live)
+        if used + more + ahead > self.max_load * self.capacity:
+            self._rehash(self._capacity_for(live + more + ahead), live)
 
     def assign(self, positions, slots):
         """Give the entries at ``positions`` (claimed, new) their ``slots``, each in ``[0, MAX_SLOT]``.

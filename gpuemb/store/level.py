@@ -235,8 +235,11 @@ class RowLevel:
         if over > 0:
             self._evict(over, misses, n_cand)
             held -= over
+        # The tier gets rows for this batch's misses and a whole batch ahead (a slab at a time), so the next batch
+        # reads nothing; the index only what it needs (rehashing ahead would cost bytes per key), so near its
+        # max_load it may read on a few batches before a rehash.
         self.index.settle(used_rows, held, misses)
-        self.alloc.settle(top + max(over, 0), bump, misses)
+        self.alloc.settle(top + max(over, 0), bump, misses + n)
         self.used_bound = held + misses
         return misses
 

@@ -46,11 +46,11 @@ class DeviceSlots:
 
     def settle(self, top, bump, more):
         """Take the true ``top`` and ``bump`` (just read) and make room for ``more`` fresh slots at most."""
-        self.bump_bound = bump + more
-        if self.bump_bound > MAX_SLOTS:  # checked here, on the host, so the index need not check device slots
-            raise StoreFullError(f"DeviceSlots: {self.bump_bound} rows would pass the {MAX_SLOTS} slots one level "
+        self.bump_bound = bump
+        if bump + more > MAX_SLOTS:  # checked here, on the host, so the index need not check device slots
+            raise StoreFullError(f"DeviceSlots: {bump + more} rows would pass the {MAX_SLOTS} slots one level "
                                  "can index; shard the table over more ranks or split it into several tables")
-        while self.tier.capacity < self.bump_bound:
+        while self.tier.capacity < bump + more:
             self.tier.add_slab()
         self.top_bound = top
 
