@@ -1,8 +1,8 @@
 """The fused row update against its reference (the rules' own update on gathered rows), on every backend."""
 import numpy as np
+import pytest
 
 from gpuemb.autograd import backend
-import pytest
 
 from gpuemb.autograd.backend import to_host
 from gpuemb.kernels.embedding_bag import embedding_bag_backward

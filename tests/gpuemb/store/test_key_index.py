@@ -1,9 +1,9 @@
 import math
 
 import numpy as np
+import pytest
 
 from gpuemb.autograd import backend
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
