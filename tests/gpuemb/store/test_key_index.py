@@ -2,10 +2,10 @@ import math
 
 import numpy as np
 import pytest
-
-from gpuemb.autograd import backend
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from gpuemb.autograd import backend
 
 from gpuemb.autograd.backend import to_host
 from gpuemb.store import key_index_kernels as K
