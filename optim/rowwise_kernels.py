@@ -147,11 +147,22 @@ def _update_elements_kernel(rows, steps, has_steps, slots, grads, kind, h, lr):
         _update_element_gpu(rows, r, d, D, grads[i, d], kind, h, lr, c1, c2)
 
 
+_ON_DEVICE = {}  # (code, hyperparameters) -> the hyperparameters on the device
+
+
+def _device_args(rule, xp):
+    """``kernel_args`` with ``h`` on the device, uploaded once per distinct rule rather than once per update."""
+    kind, h = kernel_args(rule)
+    key = (kind, h.tobytes())
+    if key not in _ON_DEVICE:
+        _ON_DEVICE[key] = xp.asarray(h)
+    return kind, _ON_DEVICE[key]
+
+
 def apply_rows_cuda(rows, steps, slots, grads, rule, lr):
     """The fused update with numba.cuda, in place (CuPy storage, or NumPy in the simulator)."""
     xp = backend.get_array_module(rows)
-    kind, h = kernel_args(rule)
-    h = xp.asarray(h)
+    kind, h = _device_args(rule, xp)
     has_steps = steps is not None
     steps = steps if has_steps else xp.zeros(1, np.int32)  # a kernel argument is never None
     n = slots.shape[0]

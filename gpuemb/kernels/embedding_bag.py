@@ -43,9 +43,9 @@ def _bag_grads(gy, offsets, mode):
     return gy / sizes[:, None]
 
 
-def _row_offsets(offsets, n):
-    """Without pooling, every slot is a bag of one."""
-    return get_array_module(offsets).arange(n + 1) if offsets is None else offsets
+def _row_offsets(offsets, slots):
+    """Without pooling, every slot is a bag of one (on the slots' device)."""
+    return get_array_module(slots).arange(slots.size + 1) if offsets is None else offsets
 
 
 def _runs(slots, offsets, n):
@@ -58,7 +58,7 @@ def _runs(slots, offsets, n):
     ordered = slots[order]
     starts = xp.flatnonzero(xp.concatenate([xp.ones(min(1, n), dtype=bool), ordered[1:] != ordered[:-1]]))
     bag = xp.searchsorted(offsets, xp.arange(n), side="right") - 1  # the bag of each flat slot position
-    return ordered[starts], bag[order], xp.concatenate([starts, xp.asarray([n], dtype=starts.dtype)])
+    return ordered[starts], bag[order], xp.concatenate([starts, xp.full(1, n, dtype=starts.dtype)])  # no upload
 
 
 # -- reference ---------------------------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ def embedding_bag_ref(table, slots, offsets=None, mode="sum"):
 
 def embedding_bag_backward_ref(gy, slots, offsets=None, mode="sum"):
     """``(unique_slots [U], summed_row_grads [U, D])`` from the output gradient ``gy`` (``[N, D]`` or ``[B, D]``)."""
-    offsets = _row_offsets(offsets, slots.size)
+    offsets = _row_offsets(offsets, slots)
     per_slot = _bag_grads(gy, offsets, mode)[np.searchsorted(offsets, np.arange(slots.size), side="right") - 1]
     unique, inverse = np.unique(slots, return_inverse=True)
     summed = np.zeros((unique.size, gy.shape[1]), dtype=gy.dtype)
@@ -146,7 +146,7 @@ def _runs_cpu(slots, offsets, n, pooled):
 
 def embedding_bag_backward_cpu(gy, slots, offsets=None, mode="sum"):
     pooled = offsets is not None
-    offsets = _row_offsets(offsets, slots.size)
+    offsets = _row_offsets(offsets, slots)
     unique, bag, bounds = _runs_cpu(slots, offsets, slots.size, pooled)
     out = np.empty((unique.size, gy.shape[1]), dtype=gy.dtype)
     return unique, _segment_rows_cpu(np.ascontiguousarray(_bag_grads(gy, offsets, mode)), bag, bounds, False, out)
@@ -181,17 +181,24 @@ def embedding_bag_cuda(table, slots, offsets=None, mode="sum"):
 
 
 def embedding_bag_backward_cuda(gy, slots, offsets=None, mode="sum"):
-    offsets = _row_offsets(offsets, slots.size)
+    offsets = _row_offsets(offsets, slots)
     unique, bag, bounds = _runs(slots, offsets, slots.size)
     return unique, _segment_rows_cuda(_bag_grads(gy, offsets, mode), bag, bounds, False)
 
 
 # -- dispatch and autograd ---------------------------------------------------------------------------------------
 def _check(slots, offsets, mode, rows=None):
+    """Shapes and types always; the values of host slots and offsets only. Checking device values reads them
+    back and waits for the stream, so on the device they are in range by construction: the store's slots are
+    positions among a batch's unique keys and its offsets are the caller's, checked where they were made."""
     if mode not in MODES:
         raise ValueError(f"embedding_bag: mode={mode!r}; use one of {', '.join(MODES)}")
     if slots.ndim != 1 or slots.dtype.kind not in "iu":
         raise TypeError(f"embedding_bag: slots must be 1-D integers, got {slots.dtype} of shape {slots.shape}")
+    if is_device_array(slots) or (offsets is not None and is_device_array(offsets)):
+        if offsets is not None and offsets.ndim != 1:
+            raise ValueError(f"embedding_bag: offsets must be [B+1], got shape {offsets.shape}")
+        return
     if rows is not None and slots.size and (int(slots.min()) < 0 or int(slots.max()) >= rows):
         raise IndexError(f"embedding_bag: slots span [{int(slots.min())}, {int(slots.max())}], "
                          f"outside the table's {rows} rows")

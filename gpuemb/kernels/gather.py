@@ -8,7 +8,9 @@ The simplest kernel of the project, and the pattern the others follow (llm.c's l
 - ``gather_rows_cuda``: one thread per output element, so neighbouring threads read neighbouring columns of the
   same row and the loads coalesce;
 - ``gather_rows``: picks one by array type.
-Indices must lie in ``[0, rows)``; the dispatcher checks that once, so the kernels need not.
+Indices must lie in ``[0, rows)``. The dispatcher checks host indices once, so the kernels need not; device
+indices it does not check, since that reads two values back and waits for the stream: on the device the caller's
+indices are in range by construction (the store's slots come from its own allocator, below the tier's rows).
 """
 import numba
 import numpy as np
@@ -60,7 +62,7 @@ def gather_rows(table, idx):
     """Rows ``table[idx]`` of a 2-D table: the CUDA kernel for CuPy arrays, numba for NumPy."""
     if table.ndim != 2 or idx.ndim != 1:
         raise ValueError(f"gather_rows: want a 2-D table and 1-D indices, got shapes {table.shape} and {idx.shape}")
-    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= table.shape[0]):
+    if not is_device_array(idx) and idx.size and (int(idx.min()) < 0 or int(idx.max()) >= table.shape[0]):
         raise IndexError(f"gather_rows: indices span [{int(idx.min())}, {int(idx.max())}], "
                          f"outside the table's {table.shape[0]} rows")
     return gather_rows_cuda(table, idx) if is_device_array(table) else gather_rows_cpu(table, idx)

@@ -4,6 +4,10 @@ An absent key is new there: its rows come from the table's initializer and are w
 (host or ssd placement) the home grows without bound; as the only level (device placement) it may be bounded by
 ``max_rows``, and then it drops the keys it evicts, rows and all (``level.py`` has the common mechanics).
 """
+import numpy as np
+
+from gpuemb.autograd.backend import is_device_array
+
 from .level import RowLevel
 
 
@@ -18,8 +22,14 @@ class HomeLevel(RowLevel):
     def flush(self, chunk=1 << 16):
         """Nothing to write: the home is the bottom."""
 
-    def _fetch(self, keys):
-        return self.new_rows(keys)
+    def _fetch(self, keys, miss):
+        if is_device_array(miss):  # draw every key's row rather than count the new ones: nothing is read back
+            return self.new_rows(keys)
+        rows, steps = self.new_rows(keys[miss])  # on the host, compacting is free and drawing is not
+        full_rows = np.zeros((keys.shape[0], rows.shape[1]), rows.dtype)
+        full_steps = np.zeros(keys.shape[0], steps.dtype)
+        full_rows[miss], full_steps[miss] = rows, steps
+        return full_rows, full_steps
 
     def _evicting(self, slots):
         """Nothing to write: the evicted keys are dropped."""

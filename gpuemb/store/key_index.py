@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from gpuemb.autograd import backend
-from gpuemb.autograd.backend import get_array_module, is_device_array
+from gpuemb.autograd.backend import get_array_module, is_device_array, to_host
 
 from .errors import StoreFullError
 from .key_index_kernels import CPU, CUDA, EMPTY, MAX_CAPACITY, NO_SLOT, TOMB
@@ -64,8 +64,11 @@ class KeyIndex:
         self.keys = xp.full(capacity + 2, EMPTY, dtype=np.int64)
         self.keys[capacity + 1] = TOMB  # the side rows carry their own keys, for items()
         self.slots = xp.full(capacity + 2, NO_SLOT, dtype=np.int32)
-        self._used = 0  # rows whose key is no longer EMPTY: live entries and tombstones
-        self._tombs = 0
+        # [rows whose key is no longer EMPTY (live entries and tombstones), tombstones], on the table's device: a
+        # claim adds to them there, so it never waits for the count. The host keeps an upper bound of the first,
+        # raised by every claim's size, and reads the truth only when that bound passes max_load (``_reserve``).
+        self.counts = xp.zeros(2, np.int64)
+        self.used_bound = 0
 
     @property
     def xp(self):
@@ -78,16 +81,17 @@ class KeyIndex:
 
     @property
     def load_factor(self):
-        """Live entries and tombstones over capacity: what probing pays for."""
-        return self._used / self.capacity
+        """Live entries and tombstones over capacity: what probing pays for (a read of the device's count)."""
+        return int(to_host(self.counts)[0]) / self.capacity
 
     @property
     def nbytes(self):
         return self.keys.nbytes + self.slots.nbytes
 
     def __len__(self):
-        side = int((self.slots[self.capacity:] != NO_SLOT).sum())
-        return self._used - self._tombs + side
+        side = int(to_host((self.slots[self.capacity:] != NO_SLOT).sum()))
+        used, tombs = to_host(self.counts).tolist()
+        return used - tombs + side
 
     def _kernels(self):
         return CUDA if is_device_array(self.keys) else CPU
@@ -101,23 +105,40 @@ class KeyIndex:
         """The slot of each key (int64), -1 where absent (or claimed but not yet assigned)."""
         return self._lookup(_as_keys(keys, self.xp), True)
 
-    def claim(self, keys):
+    def claim(self, keys, fresh_at_most=None):
         """``(positions, is_new)``: each key's entry, found or claimed; ``is_new`` on one occurrence per key that
-        has no slot yet, the first in the batch. Follow with ``assign(positions[is_new], slots)``."""
+        has no slot yet, the first in the batch. Follow with ``assign(positions[is_new], slots)``.
+        ``fresh_at_most``: a bound, known to the caller, on the entries this claim adds (default: one per key)."""
         xp = self.xp
         keys = _as_keys(keys, xp)
         if keys.shape[0] > MAX_SLOT - 2:  # the CUDA claim marks with -(batch index + 3) in an int32 slot
             raise ValueError(f"KeyIndex.claim: a batch of {keys.shape[0]} keys is over {MAX_SLOT - 2}; split it")
-        self._reserve(keys)
+        more = keys.shape[0] if fresh_at_most is None else fresh_at_most
+        self._reserve(keys, more)
         pos = xp.empty(keys.shape[0], dtype=np.int64)
         is_new = xp.empty(keys.shape[0], dtype=np.bool_)
-        self._used += self._kernels().claim(self.keys, self.slots, keys, pos, is_new)
+        self.counts[:1] += self._kernels().claim(self.keys, self.slots, keys, pos, is_new)
+        self.used_bound += more
         return pos, is_new
 
+    def room_for(self, n):
+        """Whether a claim adding ``n`` entries surely stays under ``max_load`` without a read."""
+        return self.used_bound + n <= self.max_load * self.capacity
+
+    def settle(self, used, live, more, ahead=0):
+        """Take the true count of ``used`` rows (just read) and of the ``live`` keys, and make room for ``more``
+        entries, and for ``ahead`` more after them (rehashing a little early saves the next claims a read)."""
+        self.used_bound = used
+        if used + more + ahead > self.max_load * self.capacity:
+            self._rehash(self._capacity_for(live + more + ahead), live)
+
     def assign(self, positions, slots):
-        """Give the entries at ``positions`` (claimed, new) their ``slots``, each in ``[0, MAX_SLOT]``."""
+        """Give the entries at ``positions`` (claimed, new) their ``slots``, each in ``[0, MAX_SLOT]``.
+
+        The range is checked for host slots; device slots come from the store's ``DeviceSlots``, which checks on
+        the host that it never hands out more than ``MAX_SLOT + 1`` (``settle``), so no read is needed here."""
         slots = self.xp.asarray(slots)
-        if slots.size and (int(slots.min()) < 0 or int(slots.max()) > MAX_SLOT):
+        if not is_device_array(slots) and slots.size and (int(slots.min()) < 0 or int(slots.max()) > MAX_SLOT):
             raise StoreFullError(
                 f"KeyIndex.assign: slots {int(slots.min())}..{int(slots.max())} do not fit: the index keeps int32 "
                 f"slots in [0, {MAX_SLOT}], so one level holds at most 2**31 rows; {_SHARD}")
@@ -145,7 +166,7 @@ class KeyIndex:
         self.slots[pos] = NO_SLOT
         in_table = pos[pos < self.capacity]
         self.keys[in_table] = TOMB
-        self._tombs += int(in_table.shape[0])
+        self.counts[1:] += in_table.shape[0]
         return slots[slots >= 0]
 
     def items(self, chunk=1 << 22):
@@ -157,29 +178,37 @@ class KeyIndex:
 
     __iter__ = items
 
-    def _reserve(self, keys):
-        """Rehash before a claim of ``keys`` could push the load past ``max_load``."""
+    def _reserve(self, keys, more):
+        """Rehash before a claim of ``keys`` adding at most ``more`` entries could push the load past ``max_load``.
+        Reads the device's counts (a sync) only when the host's bound says the load might pass it."""
         limit = self.max_load * self.capacity
-        if self._used + keys.shape[0] <= limit:
+        if self.used_bound + more <= limit:
+            return
+        used, tombs = (int(v) for v in to_host(self.counts).tolist())
+        self.used_bound = used
+        if used + more <= limit:
             return
         absent = keys[self._lookup(keys, False) < 0]
-        if self._used + absent.shape[0] <= limit:
+        if used + absent.shape[0] <= limit:
             return
         absent = self.xp.sort(absent)  # repeats of a new key claim one row: do not size for them
-        new = int((absent[1:] != absent[:-1]).sum()) + 1
-        if self._used + new <= limit:
+        new = int(to_host((absent[1:] != absent[:-1]).sum())) + 1
+        if used + new <= limit:
             return
-        live = self._used - self._tombs + new
+        self._rehash(self._capacity_for(used - tombs + new), used - tombs)
+
+    def _capacity_for(self, live):
         capacity = max(self.min_capacity, math.ceil(live * GROWTH / self.max_load))
         if capacity > MAX_CAPACITY:
             raise StoreFullError(f"KeyIndex: {live} keys need {capacity} rows, over the {MAX_CAPACITY} one index "
                                  f"can hash into; {_SHARD}")
-        self._rehash(capacity)
+        return capacity
 
-    def _rehash(self, capacity):
+    def _rehash(self, capacity, live):
+        """Move the ``live`` entries (a count the caller read) to a fresh table of ``capacity`` rows."""
         old_keys, old_slots = self.keys, self.slots
-        live = self._used - self._tombs
         self._reset(self.xp, capacity)
         self._kernels().rehash(old_keys, old_slots, self.keys, self.slots)
         self.keys[capacity:], self.slots[capacity:] = old_keys[-2:], old_slots[-2:]
-        self._used = live
+        self.counts[:1] = live
+        self.used_bound = live

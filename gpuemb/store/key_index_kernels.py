@@ -74,7 +74,7 @@ def _row_of(locate, jit):
 class Kernels(NamedTuple):
     """One device's kernels, all on the table's ``(keys, slots)`` arrays."""
     lookup: Callable  # (keys, slots, batch, want_slots, out)
-    claim: Callable   # (keys, slots, batch, pos, is_new) -> rows claimed EMPTY -> key
+    claim: Callable   # (keys, slots, batch, pos, is_new) -> rows claimed EMPTY -> key (a number, or [1] on the device)
     rehash: Callable  # (old_keys, old_slots, keys, slots): every live table row into an empty table
 
 
@@ -207,7 +207,7 @@ def claim_cuda(keys, slots, batch, pos, is_new):
     blocks, stream = blocks_for(batch.shape[0]), stream_for(batch)
     _claim_kernel[blocks, 256, stream](keys, slots, batch, pos, fresh)
     _mark_new_kernel[blocks, 256, stream](slots, pos, is_new)
-    return int(fresh[0])
+    return fresh  # left on the device: the index adds it to its count there, unread
 
 
 def rehash_cuda(old_keys, old_slots, keys, slots):

@@ -3,45 +3,59 @@
 A table is a chain of levels, top first: the device rows the lookup reads, then optionally a host cache, then the
 home level that holds every key (docs/design.md, "The embedding store"). A level above the home is a ``CacheLevel``
 (``cache.py``: misses come from below, dirty rows are written back); the bottom one is the ``HomeLevel``
-(``home.py``: absent keys are new). Both are a ``RowLevel``: its own ``KeyIndex`` (key -> slot) and
-``SlabAllocator``, and beside the tier, per slot: the key, the row's update count (``steps``), a dirty flag
-(changed since it came from below), a pin count, and the policy's bookkeeping. A bounded level evicts by its
-policy when full. Pinned rows are never evicted: a batch pins its rows from lookup (or prefetch) until its update,
-so its slots stay valid.
+(``home.py``: absent keys are new). Both are a ``RowLevel``: its own ``KeyIndex`` (key -> slot), its slots
+(``DeviceSlots`` on a device tier, ``SlabAllocator`` on a host one), and beside the tier, per slot: the key, the
+row's update count (``steps``), a dirty flag (changed since it came from below), a pin count, and the policy's
+bookkeeping. A bounded level evicts by its policy when full. Pinned rows are never evicted: a batch pins its rows
+from lookup (or prefetch) until its update, so its slots stay valid.
 
-The bookkeeping is NumPy on the host, vectorised per batch: a level scans its slots once per eviction
-(``argpartition`` over the unpinned ones), never a Python loop per row.
+The bookkeeping lives beside the rows, on the tier's device, and is vectorised per batch by masks rather than by
+compacting: a batch's keys, their slots and "is it a miss" are arrays of the batch's size, and nothing counts them
+on the host. So a device level's lookup and update read nothing back. What must be decided on the host (adding
+rows to the tier, rehashing the index, evicting under the bound) is decided from upper bounds that grow by the
+batch's size; only when a bound says the level might be full does it read the true counts, once, in one small
+copy (``_settle``): per batch of U unique keys, a read when the index's load, the tier's rows or the level's bound
+is within U of its limit, and then at most one.
 """
 import numpy as np
 
 from gpuemb.autograd import backend
-from gpuemb.autograd.backend import get_array_module, to_host
+from gpuemb.autograd.backend import to_host
 
 from .errors import StoreFullError
 from .key_index import KeyIndex
 from .slab import SlabAllocator, grown_to
+from .slots import DeviceSlots
 from .tiers import DeviceTier
 
 
 class EvictionPolicy:
     """Which rows of a bounded level to evict: least recently used (``lru``) or least frequently used (``lfu``,
-    ties going to the least recent). Per slot: the batch tick of the last use, the use count, and pins."""
+    ties going to the least recent, then to the lowest slot). Per slot: the batch tick of the last use, the use
+    count, and pins, in arrays of ``xp`` one longer than the capacity: the last row takes the writes of the
+    positions a mask leaves out (``dump``)."""
 
-    def __init__(self, policy):
-        self.lfu = policy == "lfu"
-        self.tick = 0
-        self.last = np.zeros(0, np.int32)  # batch ticks: 2**31 batches of one table is far off
-        self.count = np.zeros(0, np.int32)
-        self.pins = np.zeros(0, np.int32)
-        self.occupied = np.zeros(0, np.bool_)
+    def __init__(self, policy, xp=np):
+        self.lfu, self.xp = policy == "lfu", xp
+        self.tick = 0  # batch ticks, counted on the host: 2**31 batches of one table is far off
+        self.last, self.count = xp.zeros(1, np.int32), xp.zeros(1, np.int32)
+        self.pins, self.occupied = xp.zeros(1, np.int32), xp.zeros(1, np.bool_)
 
     @property
     def nbytes(self):
         return self.last.nbytes + self.count.nbytes + self.pins.nbytes + self.occupied.nbytes
 
+    @property
+    def dump(self):
+        return self.last.shape[0] - 1
+
     def grow(self, capacity):
-        self.last, self.count = grown_to(self.last, capacity), grown_to(self.count, capacity)
-        self.pins, self.occupied = grown_to(self.pins, capacity), grown_to(self.occupied, capacity)
+        old = self.dump
+        self.last, self.count = grown_to(self.last, capacity + 1), grown_to(self.count, capacity + 1)
+        self.pins, self.occupied = grown_to(self.pins, capacity + 1), grown_to(self.occupied, capacity + 1)
+        if self.dump != old:  # the old dump row is now an ordinary one: clear what masked writes left there
+            self.last[old] = self.count[old] = self.pins[old] = 0
+            self.occupied[old] = False
 
     def insert(self, slots):
         self.occupied[slots], self.count[slots], self.pins[slots] = True, 0, 0
@@ -61,19 +75,26 @@ class EvictionPolicy:
     def unpin(self, slots):
         self.pins[slots] -= 1
 
-    def n_pinned(self):
-        return int(np.count_nonzero(self.occupied & (self.pins > 0)))
+    def candidates(self):
+        """The slots that may be evicted, as a mask: occupied, unpinned, not the dump row."""
+        cand = self.occupied & (self.pins == 0)
+        cand[-1:] = False
+        return cand
 
-    def victims(self, n):
-        """``n`` unpinned occupied slots with the lowest scores, or None when fewer than ``n`` are unpinned."""
-        cand = np.flatnonzero(self.occupied & (self.pins == 0))
-        if cand.size < n:
+    def n_pinned(self):
+        return int(to_host(self.xp.count_nonzero(self.occupied[:-1] & (self.pins[:-1] > 0))))
+
+    def victims(self, n, n_candidates=None):
+        """``n`` candidate slots with the lowest scores (ties to the lowest slot), or None when fewer than ``n``
+        are candidates; ``n_candidates`` when the caller has read it already."""
+        xp, cand = self.xp, self.candidates()
+        if n_candidates is None:
+            n_candidates = int(to_host(xp.count_nonzero(cand)))
+        if n_candidates < n:
             return None
-        if cand.size == n:
-            return cand
-        last = self.last[cand].astype(np.int64)
-        score = (self.count[cand].astype(np.int64) << 32) + last if self.lfu else last
-        return cand[np.argpartition(score, n - 1)[:n]]
+        score = (self.count.astype(np.int64) << 32) + self.last if self.lfu else self.last.astype(np.int64)
+        score = xp.where(cand, score, np.iinfo(np.int64).max)
+        return xp.argsort(score, kind="stable")[:n]
 
 
 class RowLevel:
@@ -85,45 +106,60 @@ class RowLevel:
 
     def __init__(self, tier, bound=None, policy="lru", what="max_rows"):
         self.tier, self.bound, self.what = tier, bound, what
-        self.index = KeyIndex(xp=backend.xp if isinstance(tier, DeviceTier) else np)  # beside the rows
-        self.alloc = SlabAllocator(tier)
-        self.policy = EvictionPolicy(policy)
-        self.keys = np.zeros(0, np.int64)   # the key in each slot
-        self.steps = np.zeros(0, np.int32)  # each row's update count, moved with the row
-        self.dirty = np.zeros(0, np.bool_)
-        self.hits = self.misses = self.evictions = 0
+        device = isinstance(tier, DeviceTier)
+        self.xp = xp = backend.xp if device else np  # the bookkeeping lives beside the rows
+        self.index = KeyIndex(xp=xp)
+        self.alloc = DeviceSlots(tier, xp) if device else SlabAllocator(tier)
+        self.policy = EvictionPolicy(policy, xp)
+        self.keys = xp.zeros(1, np.int64)   # the key in each slot; the last row is the dump row (EvictionPolicy)
+        self.steps = xp.zeros(1, np.int32)  # each row's update count, moved with the row
+        self.dirty = xp.zeros(1, np.bool_)
+        self.counters = xp.zeros(3, np.int64)  # hits, misses, evictions: counted where the masks are
+        self.used_bound = 0  # host: at most this many rows are held
 
     def __len__(self):
         return self.alloc.n_used
 
+    hits = property(lambda self: int(to_host(self.counters)[0]))
+    misses = property(lambda self: int(to_host(self.counters)[1]))
+    evictions = property(lambda self: int(to_host(self.counters)[2]))
+
     @property
     def overhead_bytes(self):
         """Index, allocator and per-slot bookkeeping bytes: everything but the rows."""
-        return (self.index.nbytes + self.alloc.stats().overhead_bytes + self.policy.nbytes + self.keys.nbytes
-                + self.steps.nbytes + self.dirty.nbytes)
+        return (self.index.nbytes + self.alloc.overhead_bytes + self.policy.nbytes + self.keys.nbytes
+                + self.steps.nbytes + self.dirty.nbytes + self.counters.nbytes)
+
+    def here(self, a):
+        """``a`` on this level's device: one counted copy where it crosses, none where it is there already."""
+        return backend.to_device(a) if self.xp is backend.xp else to_host(a)
+
+    def _where(self, slots, mask):
+        """``slots`` where ``mask`` is set, the dump row elsewhere: a masked write without compacting."""
+        return self.xp.where(mask, slots, self.policy.dump)
 
     def locate(self, keys):
-        """The slot of each key here (host int64), -1 where absent."""
-        return to_host(self.index.find(keys))
+        """The slot of each key here (int64, on this level's device), -1 where absent."""
+        return self.index.find(keys)
 
     def acquire(self, keys):
-        """Slots of ``keys`` (distinct, host int64), bringing absent rows here; each gets one pin (see ``unpin``)."""
+        """Slots of ``keys`` (distinct, int64 on this level's device), bringing absent rows here; each gets one pin
+        (see ``unpin``)."""
         slots = self.locate(keys)
         miss = slots < 0
-        hit = slots[~miss]
-        self.policy.pin(hit)  # before any eviction below: this batch's rows must stay
-        self.hits += hit.size
-        if miss.any():
-            missing = keys[miss]
-            self.misses += missing.size
-            new = self._insert(missing)
-            rows, steps = self._fetch(missing)
-            self.tier.write(new, rows)
-            self.steps[new] = steps
-            self.policy.pin(new)
-            slots[miss] = new
+        self.policy.pin(self._where(slots, ~miss))  # before any eviction below: this batch's rows must stay
+        self._count(miss)
+        slots = self._insert(keys, miss, slots)
+        rows, steps = self._fetch(keys, miss)
+        self.tier.write(slots, rows, where=miss)
+        self.steps[self._where(slots, miss)] = steps
+        self.policy.pin(self._where(slots, miss))
         self.policy.touch(slots)
         return slots
+
+    def _count(self, miss):
+        n = self.xp.count_nonzero(miss)
+        self.counters[:2] += self.xp.stack([miss.shape[0] - n, n])
 
     def unpin(self, slots):
         self.policy.unpin(slots)
@@ -137,62 +173,90 @@ class RowLevel:
 
     def put(self, keys, rows, steps):
         """Store rows written back from above (or imported), making room as needed; they are dirty here."""
+        keys = self.here(keys)
         slots = self.locate(keys)
         miss = slots < 0
-        if miss.any():
-            self.policy.pin(slots[~miss])  # making room must not evict the rows being overwritten
-            slots[miss] = self._insert(keys[miss])
-            self.policy.unpin(slots[~miss])
+        held = self._where(slots, ~miss)
+        self.policy.pin(held)  # making room must not evict the rows being overwritten
+        slots = self._insert(keys, miss, slots)
+        self.policy.unpin(held)
         self.tier.write(slots, rows)
-        self.steps[slots] = steps
+        self.steps[slots] = self.here(steps)
         self.dirty[slots] = True
         self.policy.touch(slots)
 
     def drop(self, keys):
         """Forget ``keys`` here without writing them down (absent ones are ignored)."""
-        slots = to_host(self.index.erase(keys))
+        slots = self.index.erase(self.here(keys))
         self._release(slots)
 
     def flush(self, chunk=1 << 16):
         """Write every dirty row down to the home, so the home holds the newest of every row."""
         raise NotImplementedError(f"{type(self).__name__} leaves this to CacheLevel and HomeLevel")
 
-    def _fetch(self, keys):
-        """``(rows [n, width], steps [n])`` of ``keys``, absent here."""
+    def _fetch(self, keys, miss):
+        """``(rows [n, width], steps [n])`` of ``keys`` where ``miss`` is set (absent here); any rows elsewhere."""
         raise NotImplementedError(f"{type(self).__name__} leaves this to CacheLevel and HomeLevel")
 
     def _evicting(self, slots):
         """Called with the slots about to be evicted, before their keys are forgotten."""
         raise NotImplementedError(f"{type(self).__name__} leaves this to CacheLevel and HomeLevel")
 
-    def _insert(self, keys):
-        """Fresh slots for absent ``keys``, evicting first when the bound would be passed."""
-        over = len(self) + keys.size - (self.bound or np.inf)
-        if over > 0:
-            self._evict(int(over), keys.size)
-        xp = get_array_module(self.index.keys)
-        slots = to_host(self.index.insert_or_find(keys, lambda n: xp.asarray(self.alloc.alloc(n)))[0])
+    def _insert(self, keys, miss, slots):
+        """``slots`` with fresh ones where ``miss`` is set, for the absent ``keys`` (distinct); makes room first."""
+        fresh = self._settle(keys.shape[0], miss)
+        pos, is_new = self.index.claim(keys, fresh)  # for distinct keys, is_new is miss
+        new = self.alloc.alloc_where(is_new)
+        self.index.assign(pos, self.xp.where(is_new, new, slots))
         cap = self.tier.capacity
-        self.keys, self.steps, self.dirty = (grown_to(a, cap) for a in (self.keys, self.steps, self.dirty))
+        self.keys, self.steps, self.dirty = (grown_to(a, cap + 1) for a in (self.keys, self.steps, self.dirty))
         self.policy.grow(cap)
-        self.policy.insert(slots)
-        self.keys[slots] = keys
-        self.dirty[slots] = False
-        return slots
+        put = self._where(new, is_new)
+        self.policy.insert(put)
+        self.keys[put] = keys
+        self.dirty[put] = False
+        return self.xp.where(is_new, new, slots)
 
-    def _evict(self, n, wanted):
-        victims = self.policy.victims(n)
+    def _settle(self, n, miss):
+        """Make room for at most ``n`` new rows (those of ``miss``) and return a bound on the new keys. Reads
+        nothing while the host's bounds say the index, the tier and the level's bound have room for ``n`` more;
+        else reads the true counts in one small copy, evicts what the bound asks, and grows what must grow."""
+        bounded = self.bound is not None and self.used_bound + n > self.bound
+        if not bounded and self.index.room_for(n) and self.alloc.room_for(n):
+            self.used_bound += n
+            return n
+        xp = self.xp
+        cand = self.policy.candidates() if bounded else xp.zeros(1, np.bool_)
+        top, bump, used_rows, tombs, misses, n_cand = to_host(xp.concatenate([
+            self.alloc.counters(), self.index.counts,
+            xp.stack([xp.count_nonzero(miss), xp.count_nonzero(cand)])])).tolist()
+        held = bump - top
+        over = held + misses - (self.bound if self.bound is not None else held + misses)
+        if over > 0:
+            self._evict(over, misses, n_cand)
+            held -= over
+        # The tier gets rows for this batch's misses and a whole batch ahead (a slab at a time), so the next batch
+        # reads nothing; the index only what it needs (rehashing ahead would cost bytes per key), so near its
+        # max_load it may read on a few batches before a rehash.
+        self.index.settle(used_rows, held, misses)
+        self.alloc.settle(top + max(over, 0), bump, misses + n)
+        self.used_bound = held + misses
+        return misses
+
+    def _evict(self, n, wanted, n_candidates):
+        victims = self.policy.victims(n, n_candidates)
         if victims is None:
             pinned = self.policy.n_pinned()
+            held = len(self)
             raise StoreFullError(
                 f"{type(self.tier).__name__}: {wanted} new rows do not fit in {self.what}={self.bound}: "
-                f"{len(self)} rows are held, {pinned} of them pinned by batches not yet updated; raise "
+                f"{held} rows are held, {pinned} of them pinned by batches not yet updated; raise "
                 f"{self.what} to at least {pinned + wanted}, or make batches with fewer unique keys")
         self._evicting(victims)
         self.index.erase(self.keys[victims])
         self._release(victims)
-        self.evictions += victims.size
+        self.counters[2:] += n
 
     def _release(self, slots):
-        self.alloc.free(slots)
+        self.alloc.free_where(slots, self.xp.ones(slots.shape[0], np.bool_))
         self.policy.remove(slots)

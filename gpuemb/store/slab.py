@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from gpuemb.autograd.backend import unique
+from gpuemb.autograd.backend import get_array_module, unique
 
 from .errors import RowStateError, StoreFullError
 
@@ -56,7 +56,7 @@ def grown_to(a, size):
     are zero, which every reader takes as unoccupied."""
     if a.shape[0] >= size:
         return a
-    b = np.zeros(max(size, a.shape[0] + a.shape[0] // 4), a.dtype)
+    b = get_array_module(a).zeros((max(size, a.shape[0] + a.shape[0] // 4),) + a.shape[1:], a.dtype)
     b[:a.shape[0]] = a
     return b
 
@@ -126,12 +126,36 @@ class SlabAllocator:
         self._stack[self._top:end] = ids
         self._top = end
 
+    # -- the interface of a level's slots, shared with DeviceSlots (slots.py), which hands them out on the device
+    def alloc_where(self, mask):
+        """A fresh slot where the host ``mask`` is set, in order; -1 elsewhere."""
+        slots = np.full(mask.shape[0], -1, np.int64)
+        slots[mask] = self.alloc(np.count_nonzero(mask))
+        return slots
+
+    def free_where(self, slots, mask):
+        self.free(slots[mask])
+
+    def room_for(self, n):
+        """Always: this allocator grows the tier itself, knowing ``n`` on the host."""
+        return True
+
+    def counters(self):
+        return np.array([self._top, self._bump], np.int64)
+
+    def settle(self, top, bump, more):
+        """Nothing to do: the host counters are exact."""
+
+    @property
+    def overhead_bytes(self):
+        return self._used.nbytes + self._stack.nbytes
+
     def stats(self):
         """Rows, slabs, fragmentation and bytes; ``overhead_bytes`` is the allocator's own memory."""
         cap = self.capacity
         return SlabStats(capacity=cap, used=self.n_used, free=self.n_free, slabs=cap // self.slab_rows,
                          fragmentation=self._top / cap if cap else 0.0, storage_bytes=int(self.tier.nbytes),
-                         overhead_bytes=self._used.nbytes + self._stack.nbytes)
+                         overhead_bytes=self.overhead_bytes)
 
     def state_dict(self):
         """What a snapshot needs to rebuild this allocator: the bump pointer and the free stack."""

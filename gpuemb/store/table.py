@@ -50,6 +50,14 @@ def _levels(config, fmt, new_rows):
     return levels
 
 
+def _same(a, b):
+    """Whether two batches' keys are equal: one read on the device (a prefetch's lookup pays it, no other)."""
+    if a.shape != b.shape:
+        return False
+    xp = backend.get_array_module(a, b)
+    return bool(backend.item(xp.array_equal(a, b)))
+
+
 class EmbeddingTable:
     """One embedding table of ``config`` (a ``TableConfig``); see the module docstring."""
 
@@ -66,7 +74,7 @@ class EmbeddingTable:
 
     def _new_rows(self, keys):
         w = initial_weights(self.config.initializer, keys, self.dim, self.config.dtype)
-        return self.format.new_rows(w), np.zeros(keys.shape[0], np.int32)
+        return self.format.new_rows(w), backend.get_array_module(w).zeros(keys.shape[0], np.int32)
 
     def __len__(self):
         return len(self.home)
@@ -77,13 +85,13 @@ class EmbeddingTable:
         keys, its unique keys and slots as well). A training loop may call it from another thread while the
         current batch computes. ``if_room``: do nothing, and return False, where the keys might not fit beside
         the rows already pinned (rather than raise StoreFullError)."""
-        keys = np.array(to_host(keys), np.int64)  # a copy: the caller's array may change before the lookup
+        keys = backend.xp.array(backend.to_device(keys, np.int64))  # a copy: the caller's may change before the lookup
         unique, inverse = backend.unique(keys, return_inverse=True)
         with self._lock:
             bound = self.top.bound
             if if_room and bound is not None and bound - self.top.policy.n_pinned() < unique.size:
                 return False
-            self._prefetched.append((keys, unique, backend.to_device(inverse), self.top.acquire(unique)))
+            self._prefetched.append((keys, unique, inverse, self.top.acquire(unique)))
         return True
 
     def lookup(self, keys, offsets=None, mode=None, insert=True):
@@ -97,18 +105,18 @@ class EmbeddingTable:
         if (offsets is None) != (mode is None):
             raise ValueError(f"{self.config.name}.lookup: pooling needs both offsets [B+1] and mode ('sum' or "
                              f"'mean'); got offsets={'None' if offsets is None else 'given'} and mode={mode!r}")
-        keys = to_host(keys).astype(np.int64, copy=False)
-        offsets = None if offsets is None else backend.to_device(np.asarray(to_host(offsets), np.int64))
+        # On the device from here on: device keys stay there (nothing below reads them back), host keys go up once.
+        keys = backend.to_device(keys, np.int64)
+        offsets = None if offsets is None else backend.to_device(offsets, np.int64)
         if not insert:
             unique, inverse = backend.unique(keys, return_inverse=True)
-            return Tensor(embedding_bag(self._peek(unique), backend.to_device(inverse), offsets, mode or "sum"))
+            return Tensor(embedding_bag(self._peek(unique), inverse, offsets, mode or "sum"))
         with self._lock:
             ahead = self._prefetched.popleft() if self._prefetched else None
-            if ahead is not None and np.array_equal(ahead[0], keys):  # prefetched: sorted and pinned already
+            if ahead is not None and _same(ahead[0], keys):  # prefetched: sorted and pinned already
                 _, unique, inverse, slots = ahead
             else:
                 unique, inverse = backend.unique(keys, return_inverse=True)
-                inverse = backend.to_device(inverse)
                 slots = self.top.acquire(unique)
                 if ahead is not None:
                     self.top.unpin(ahead[3])
@@ -122,15 +130,16 @@ class EmbeddingTable:
     def _peek(self, unique):
         """The weights of ``unique`` keys without inserting any: an evaluation must not grow the table (nor, under
         ``max_rows``, evict trained rows for keys it merely saw); an absent key reads as its initial weights."""
-        present = self.home.locate(unique) >= 0
+        present = to_host(self.home.locate(self.home.here(unique)) >= 0)  # an evaluation may read back
         weights = backend.xp.empty((unique.size, self.dim), self.format.compute_dtype)
         if present.any():
-            slots = self.top.acquire(unique[present])
-            weights[backend.to_device(np.flatnonzero(present))] = self.format.weights(self.top.tier.read(slots))
+            at = backend.to_device(np.flatnonzero(present))
+            slots = self.top.acquire(unique[at])
+            weights[at] = self.format.weights(self.top.tier.read(slots))
             self.top.unpin(slots)
         if not present.all():
-            new = initial_weights(self.config.initializer, unique[~present], self.dim, self.config.dtype)
-            weights[backend.to_device(np.flatnonzero(~present))] = backend.to_device(new)  # float16 -> float32
+            at = backend.to_device(np.flatnonzero(~present))
+            weights[at] = initial_weights(self.config.initializer, unique[at], self.dim, self.config.dtype)
         return weights
 
     def _update(self, keys, slots, positions, grads):
@@ -139,16 +148,17 @@ class EmbeddingTable:
             self.held.append((keys, slots, positions, grads))
             return
         with self._lock:  # a prefetch on another thread may be moving rows of this level
-            self._update_rows(keys, slots, to_host(positions), grads)
+            self._update_rows(keys, slots, positions, grads)
 
     def _update_rows(self, keys, slots, positions, grads):
+        """Everything here stays on the top level's device: positions, slots, rows, steps and dirty flags."""
         s = slots[positions]
         rows = self.format.unpack(self.top.tier.read(s))  # float16 weights: updated in float32, rounded back
         xp = backend.get_array_module(rows)
-        steps = xp.asarray(self.top.steps[s])
-        update_rows(rows, steps, xp.arange(s.size), grads, self.rule, self.lr)
+        steps = self.top.steps[s]
+        update_rows(rows, steps, xp.arange(s.shape[0]), grads, self.rule, self.lr)
         self.top.tier.write(s, self.format.pack(rows))
-        self.top.steps[s] = to_host(steps)
+        self.top.steps[s] = steps
         self.top.dirty[s] = True
         self._dirty.append(keys[positions])
         self.top.unpin(slots)
@@ -172,7 +182,7 @@ class EmbeddingTable:
     # -- the interface of snapshots ------------------------------------------------------------------------------
     def dirty_keys(self):
         """The keys updated since the last ``clear_dirty()``, sorted, each once."""
-        self._dirty = [backend.unique(np.concatenate(self._dirty))] if self._dirty else []
+        self._dirty = [backend.unique(np.concatenate([to_host(k) for k in self._dirty]))] if self._dirty else []
         return self._dirty[0] if self._dirty else np.zeros(0, np.int64)
 
     def clear_dirty(self):
@@ -191,7 +201,7 @@ class EmbeddingTable:
             k, s = to_host(k), to_host(s)
             k, s = k[s >= 0], s[s >= 0]
             if k.size:
-                yield k, to_host(self.home.tier.read(s)), self.home.steps[s].copy()
+                yield k, to_host(self.home.tier.read(s)), to_host(self.home.steps[self.home.here(s)]).copy()
 
     def keys(self, chunk=1 << 16):
         """Every key, in chunks."""
@@ -203,8 +213,7 @@ class EmbeddingTable:
         keys = np.asarray(to_host(keys), np.int64)
         for level in self.levels[:-1]:
             level.drop(keys)  # the cached copies are older than what is imported
-        self.home.put(keys, backend.to_device(rows) if isinstance(self.home.tier, DeviceTier) else to_host(rows),
-                      np.asarray(to_host(steps), np.int32))
+        self.home.put(keys, self.home.here(rows), self.home.here(np.asarray(to_host(steps), np.int32)))
 
     def stats(self):
         """Rows, bytes and per-level traffic; ``overhead_bytes_per_key`` counts everything but the rows, and
@@ -212,8 +221,8 @@ class EmbeddingTable:
         home, spec = self.home, self.home.tier.spec
         n = max(len(home), 1)
         out = {"keys": len(home), "row_bytes": spec.row_bytes, "weight_bytes_per_row": self.format.weight_bytes,
-               "index_bytes": home.index.nbytes, "allocator_bytes": home.alloc.stats().overhead_bytes,
-               "index_allocator_bytes_per_key": (home.index.nbytes + home.alloc.stats().overhead_bytes) / n,
+               "index_bytes": home.index.nbytes, "allocator_bytes": home.alloc.overhead_bytes,
+               "index_allocator_bytes_per_key": (home.index.nbytes + home.alloc.overhead_bytes) / n,
                "overhead_bytes_per_key": sum(level.overhead_bytes for level in self.levels) / n, "levels": []}
         for level in self.levels:
             seen = level.hits + level.misses

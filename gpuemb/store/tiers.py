@@ -14,6 +14,8 @@ import numpy as np
 from gpuemb.autograd import backend
 from gpuemb.kernels.gather import gather_rows
 
+from .slab import grown_to
+
 FORMAT, VERSION = "gpuemb-ssd-tier", 1
 _GROUP_BYTES = 64 << 20  # the SSD tier gathers from at most this many bytes of chunks at a time
 
@@ -60,9 +62,11 @@ class Tier:
         return self.capacity * self.spec.row_bytes
 
     def _check_rows(self, rows, op):
+        """Shapes always; the range of host row ids only. Device row ids come from the level's ``DeviceSlots``,
+        below the capacity by construction (it adds slabs before handing slots out), so no read checks them."""
         if rows.ndim != 1 or rows.dtype.kind not in "iu":
             raise ValueError(f"{self.name}.{op}: want 1-D integer row ids, got {rows.dtype} of shape {rows.shape}")
-        if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self.capacity):
+        if not backend.is_device_array(rows) and rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self.capacity):
             raise IndexError(f"{self.name}.{op}: row ids span [{int(rows.min())}, {int(rows.max())}], outside the "
                              f"capacity of {self.capacity} rows ({self.capacity // self.slab_rows} slabs of "
                              f"{self.slab_rows}); take row ids from this tier's SlabAllocator")
@@ -120,9 +124,11 @@ class _SlabTier(Tier):
         self.bytes_read += n * self.spec.row_bytes
         return out
 
-    def write(self, rows, values):
-        """Store ``values[i]`` as row ``rows[i]``."""
+    def write(self, rows, values, where=None):
+        """Store ``values[i]`` as row ``rows[i]``; with a host mask ``where``, only where it is set."""
         rows = self._index(rows)
+        if where is not None:
+            rows, values = rows[where], backend.to_host(values)[where]
         self._check_rows(rows, "write")
         self._check_values(values, rows.shape[0], "write")
         values = self._values(values)
@@ -134,23 +140,55 @@ class _SlabTier(Tier):
         self.slabs = []
 
 
-class DeviceTier(_SlabTier):
-    """Rows in slabs of the backend's arrays: CuPy on a GPU, NumPy on the CPU."""
+class DeviceTier(Tier):
+    """Rows in one array of the backend's (CuPy on a GPU, NumPy on the CPU), grown a slab at a time.
+
+    One array rather than a list of slabs, so a read or write is one gather or scatter whatever the rows touch:
+    splitting rows by slab needs the count per slab on the host, a read per call. The array grows by a quarter at
+    least (``grown_to``), so adding slabs copies each row O(1) times; the price is a copy while it grows, up to
+    2.25 times the rows for a moment. A bounded level (a cache, ``max_rows``) stops growing at its bound.
+    """
 
     def __init__(self, spec):
         super().__init__(spec, "DeviceTier")
+        self.rows = backend.xp.zeros((0, self.width), self.dtype)
+        self._capacity = 0
 
-    def _new_slab(self):
-        return backend.xp.zeros((self.slab_rows, self.width), self.dtype)
+    @property
+    def capacity(self):
+        return self._capacity
 
-    def _empty(self, shape):
-        return backend.xp.empty(shape, self.dtype)
+    def add_slab(self):
+        """Add ``slab_rows`` zeroed rows."""
+        self._capacity += self.slab_rows
+        self.rows = grown_to(self.rows, self._capacity)
 
-    def _index(self, rows):
-        return backend.to_device(rows)
+    def read(self, rows, out=None):
+        """Rows ``[n, width]``, into ``out`` when given."""
+        rows = backend.to_device(rows)
+        self._check_rows(rows, "read")
+        got = _gather(self.rows, rows)
+        if out is not None:
+            self._check_values(out, rows.shape[0], "read(out=)")
+            out[...] = got
+        self.bytes_read += rows.shape[0] * self.spec.row_bytes
+        return got if out is None else out
 
-    def _values(self, values):
-        return backend.to_device(values)
+    def write(self, rows, values, where=None):
+        """Store ``values[i]`` as row ``rows[i]``; with a mask ``where``, only where it is set (the others keep
+        their rows, read back and written again: no count of the set ones leaves the device)."""
+        rows = backend.to_device(rows)
+        self._check_rows(rows, "write")
+        self._check_values(values, rows.shape[0], "write")
+        values = backend.to_device(values)
+        if where is not None:
+            values = backend.xp.where(where[:, None], values, self.rows[rows])
+        self.rows[rows] = values
+        self.bytes_written += rows.shape[0] * self.spec.row_bytes
+
+    def close(self):
+        self.rows = backend.xp.zeros((0, self.width), self.dtype)
+        self._capacity = 0
 
 
 class HostTier(_SlabTier):
@@ -246,10 +284,12 @@ class SsdTier(Tier):
             out[sel] = _gather(self._read_chunks(chunks), local)
         return out
 
-    def write(self, rows, values):
-        """Store ``values[i]`` as row ``rows[i]``: read (unless ``rows`` cover it entirely), change and write back
-        each touched chunk once."""
+    def write(self, rows, values, where=None):
+        """Store ``values[i]`` as row ``rows[i]`` (where the mask ``where`` is set, when given): read (unless
+        ``rows`` cover it entirely), change and write back each touched chunk once."""
         rows, values = backend.to_host(rows), backend.to_host(values)
+        if where is not None:
+            rows, values = rows[where], values[where]
         self._check_rows(rows, "write")
         self._check_values(values, rows.shape[0], "write")
         cr = self.spec.chunk_rows
