@@ -75,7 +75,7 @@ def test_a_lookup_takes_over_the_prefetched_keys_and_slots(tmp_path):
             with no_grad():
                 run.model.embeddings(pipeline._ahead[0].sparse)
             assert level.hits + level.misses == seen and not table._prefetched  # no second acquire
-            assert not level.policy.pins.any()  # the no_grad lookup released the prefetch's pins
+            assert level.policy.n_pinned() == 0  # the no_grad lookup released the prefetch's pins
     finally:
         run.close()
 
