@@ -224,7 +224,7 @@ class Matmul:
                 raise ValueError(f"nvmath: the dtype of operand {name} ({x.dtype}) is not supported here (float16, "
                                  "float32, float64)")
             if x.ndim != 2:
-                raise NotImplementedError(f"the emulated nvmath takes matrices only; operand {name} has shape {x.shape}")
+                raise NotImplementedError(f"the emulated nvmath takes matrices only; operand {name} is {x.shape}")
             if 0 in x.shape:
                 raise ValueError(f"nvmath: the extents {x.shape} of operand {name} must be strictly positive")
             _order(x, name)
