@@ -24,18 +24,21 @@ input and a float16 copy of W and b, runs every matmul with float16 operands and
 (cuBLASLt's COMPUTE_32F), keeps activations and gradients in float16, and casts the weight and bias gradients
 back to float32. ``bf16`` keeps float32 arrays (CuPy has no bfloat16 dtype) and asks cuBLASLt for
 COMPUTE_32F_FAST_16BF, whose tensor cores round the operands to bfloat16 and accumulate in float32. Both run on
-a GPU only: the CPU path refuses them. This path has NOT run on a GPU yet; its CuPy-free logic (casts, compute
-types, float32 master gradients) is tested with NumPy stand-ins for the CUDA steps.
+a GPU only: the CPU path refuses them.
 
-The GPU path (the ``*_cuda`` functions, nvmath-python on CuPy arrays) is written against nvmath-python's
-documented API and has NOT yet run on a GPU; its tests are marked ``gpu``. It uses the one-shot ``matmul``, which
-plans on every call; caching ``Matmul`` plans per shape is the next step once it has been measured.
+The GPU path (the ``*_cuda`` functions) runs nvmath-python's stateful ``Matmul`` on the device's arrays. Planning
+(cuBLASLt's heuristic query, descriptors, layouts) costs more than a small matmul, so ``PLANS`` plans each
+problem once and runs it again with ``reset_operands``. Its tests (marked ``gpu``) run under
+``GPUEMB_DEVICE=emulated``, whose nvmath computes each epilogue and compute type to cuBLASLt's documented
+semantics in NumPy; the path has NOT yet run on a GPU, so its speed and real cuBLASLt's agreement are unmeasured.
 """
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
-from gpuemb.autograd.backend import get_array_module, is_device_array
+from gpuemb.autograd.backend import get_array_module, is_device_array, library
 from gpuemb.autograd.function import Function
 
 from .relu_dropout import (dropout_scale, keep_threshold, relu_dropout_backward, relu_dropout_backward_cpu,
@@ -93,20 +96,51 @@ def input_grad_cpu(g, W, mask=None, scale=1.0):
     return _input_grad(g, W, mask, scale, relu_dropout_backward_cpu)
 
 
-# -- GPU: cuBLASLt epilogues through nvmath-python (unrun on hardware so far) -----------------------------------
+# -- GPU: cuBLASLt epilogues through nvmath-python -----------------------------------------------------------
 # precision -> (the dtype activations and the weights' copies are cast to, or None; cuBLASLt's compute type)
 PRECISIONS = {"fp32": (None, None), "fp16": (np.float16, "COMPUTE_32F"), "bf16": (None, "COMPUTE_32F_FAST_16BF")}
 
 
-def _nvmath(compute=None):
-    """``(matmul, MatmulEpilog)``; with ``compute`` (a ComputeType name) matmul runs with that compute type."""
-    # Imported here: nvmath-python is part of the gpu extra, and only CuPy arrays ever reach these functions.
-    from nvmath.linalg import ComputeType
-    from nvmath.linalg.advanced import MatmulEpilog, matmul
-    if compute is None:
-        return matmul, MatmulEpilog
-    options = {"compute_type": getattr(ComputeType, compute)}
-    return (lambda a, b, **kw: matmul(a, b, options=options, **kw)), MatmulEpilog
+def _traits(a):
+    return a.dtype.str, a.shape, a.strides
+
+
+class MatmulPlans:
+    """nvmath ``Matmul`` objects, each planned once and run again with ``reset_operands``; beyond ``size`` the
+    least recently used is freed. An MLP needs three per layer (forward, weight and input gradients) for each
+    batch size it sees."""
+
+    def __init__(self, size=64):
+        self.size, self.plans = size, OrderedDict()
+
+    def run(self, a, b, epilog=None, epilog_inputs=None, alpha=1.0, compute=None):
+        """What nvmath's ``matmul(a, b, alpha=, epilog=, epilog_inputs=)`` returns, with ``compute`` (a ComputeType
+        name, or None for the default) as the options' compute type; epilog is a MatmulEpilog name or None."""
+        nvmath = library("nvmath.linalg.advanced")
+        inputs = epilog_inputs or {}
+        # A plan is fixed to the key: the epilog and compute type are set when planning, and reset_operands takes
+        # only operands and epilog inputs of the dtype, shape and strides planned. alpha (the dropout scale) is
+        # reset on every call instead. The thread: a Matmul holds its operands from reset_operands to execute.
+        key = (threading.get_ident(), epilog, compute, _traits(a), _traits(b),
+               *((name, *_traits(x)) for name, x in sorted(inputs.items())))
+        mm = self.plans.pop(key, None)
+        if mm is None:
+            compute_type = None if compute is None else getattr(nvmath.MatmulComputeType, compute)
+            mm = nvmath.Matmul(a, b, alpha=alpha, options=nvmath.MatmulOptions(compute_type=compute_type))
+            mm.plan(epilog=None if epilog is None else getattr(nvmath.MatmulEpilog, epilog),
+                    epilog_inputs=epilog_inputs)
+        else:
+            mm.reset_operands(a, b, alpha=alpha, epilog_inputs=epilog_inputs)
+        self.plans[key] = mm
+        if len(self.plans) > self.size:
+            self.plans.popitem(last=False)[1].free()
+        try:
+            return mm.execute()
+        finally:
+            mm.reset_operands()  # drops this call's operands, whose memory the plan would otherwise keep alive
+
+
+PLANS = MatmulPlans()
 
 
 def cublaslt_mask_words(cols):
@@ -123,40 +157,46 @@ def _mask_to_aux(mask):
     return mask.view(np.uint8).T
 
 
+# An empty batch (a rank's share of a short last batch) computes nothing, and nvmath refuses empty extents, so
+# each step below returns its empty or zero result itself.
 def linear_forward_cuda(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True, compute=None, row0=0):
-    matmul, Epilog = _nvmath(compute)
     xp = get_array_module(x)
+    if not x.shape[0]:
+        mask = xp.empty((0, cublaslt_mask_words(W.shape[0])), dtype=np.uint32) if relu else None
+        return xp.empty((0, W.shape[0]), dtype=x.dtype), mask
     if not relu:
-        return xp.ascontiguousarray(matmul(W, x.T, epilog=Epilog.BIAS, epilog_inputs={"bias": b}).T), None
+        return xp.ascontiguousarray(PLANS.run(W, x.T, "BIAS", {"bias": b}, compute=compute).T), None
     if keep_threshold(p if training else 0.0):
-        y = xp.ascontiguousarray(matmul(W, x.T, epilog=Epilog.RELU_BIAS, epilog_inputs={"bias": b}).T)
+        y = xp.ascontiguousarray(PLANS.run(W, x.T, "RELU_BIAS", {"bias": b}, compute=compute).T)
         return relu_dropout_cuda(y, p, seed, step, training, out=y, words_per_row=cublaslt_mask_words(W.shape[0]),
                                  row0=row0)
-    yT, aux = matmul(W, x.T, epilog=Epilog.RELU_AUX_BIAS, epilog_inputs={"bias": b})
+    yT, aux = PLANS.run(W, x.T, "RELU_AUX_BIAS", {"bias": b}, compute=compute)
     return xp.ascontiguousarray(yT.T), _aux_to_mask(aux["relu_aux"])
 
 
 def weight_grad_cuda(g, x, with_bias=True, compute=None):
-    matmul, Epilog = _nvmath(compute)
+    xp = get_array_module(g)
+    if not g.shape[0]:
+        gb = xp.zeros(g.shape[1], dtype=g.dtype) if with_bias else None
+        return xp.zeros((g.shape[1], x.shape[1]), dtype=g.dtype), gb
     if not with_bias:
-        return (g.T @ x if compute is None else get_array_module(g).ascontiguousarray(matmul(x.T, g).T)), None
-    gWT, aux = matmul(x.T, g, epilog=Epilog.BGRADB)
-    return get_array_module(g).ascontiguousarray(gWT.T), aux["bgradb"]
+        return (g.T @ x if compute is None else xp.ascontiguousarray(PLANS.run(x.T, g, compute=compute).T)), None
+    gWT, aux = PLANS.run(x.T, g, "BGRADB", compute=compute)
+    return xp.ascontiguousarray(gWT.T), aux["bgradb"]
 
 
 def input_grad_cuda(g, W, mask=None, scale=1.0, compute=None):
+    xp = get_array_module(g)
+    if not g.shape[0]:
+        return xp.empty((0, W.shape[1]), dtype=g.dtype), None if mask is None else xp.zeros(W.shape[1], g.dtype)
     if mask is None or W.shape[0] == 1:  # cuBLASLt's DRELU epilogues refuse K = 1
-        if compute is None:
-            return _input_grad(g, W, mask, scale, relu_dropout_backward_cuda)
-        matmul, _ = _nvmath(compute)
-        gx = get_array_module(g).ascontiguousarray(matmul(W.T, g.T).T)
+        gx = g @ W if compute is None else xp.ascontiguousarray(PLANS.run(W.T, g.T, compute=compute).T)
         return _input_grad(gx, None, mask, scale, relu_dropout_backward_cuda)
     if mask.shape[1] != cublaslt_mask_words(W.shape[1]):
         raise ValueError(f"input_grad_cuda: a mask of {mask.shape[1]} words per row is not cuBLASLt's layout "
                          f"for {W.shape[1]} columns ({cublaslt_mask_words(W.shape[1])} words)")
-    matmul, Epilog = _nvmath(compute)
-    gxT, aux = matmul(W.T, g.T, alpha=scale, epilog=Epilog.DRELU_BGRAD, epilog_inputs={"relu_aux": _mask_to_aux(mask)})
-    return get_array_module(g).ascontiguousarray(gxT.T), aux["drelu_bgrad"]
+    gxT, aux = PLANS.run(W.T, g.T, "DRELU_BGRAD", {"relu_aux": _mask_to_aux(mask)}, alpha=scale, compute=compute)
+    return xp.ascontiguousarray(gxT.T), aux["drelu_bgrad"]
 
 
 # -- dispatchers ------------------------------------------------------------------------------------------------
@@ -239,7 +279,7 @@ class FusedMLP(Function):
         self.dtypes = [a.dtype for a in (x, *params)]  # what each gradient is cast back to
         params = [self._in(a) for a in params]  # float16 copies of the float32 master weights, made each step
         self.weights, self.layer_inputs, self.masks = params[0::2], [], []
-        y = self._in(x)
+        y = get_array_module(x).ascontiguousarray(self._in(x))  # cuBLASLt wants a unit stride
         for layer, W, b in zip(self.layers, self.weights, params[1::2]):
             self.layer_inputs.append(y)
             y, mask = linear_forward(y, W, b, layer.relu, layer.p, layer.seed, self.step, self.training,
