@@ -131,6 +131,7 @@ class ndarray:
 
     def get(self, stream=None, order="C", out=None):
         transfers.to_host(self._a.nbytes)
+        transfers.sync()  # a copy to pageable host memory returns once it is done: the host waits for the stream
         if out is None:
             return np.array(self._a, order=order)
         out[...] = self._a

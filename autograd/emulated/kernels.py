@@ -1,5 +1,11 @@
 """numba.cuda kernels on the emulated device: launched in numba's simulator on the device arrays' own memory."""
+import threading
+
 import numpy as np
+
+# numba's simulator keeps the running kernel's context in module globals, so two threads launching at once (the
+# training step and the pipeline's prefetch) would read each other's; on a GPU they simply queue. One at a time.
+_ONE_AT_A_TIME = threading.Lock()
 
 from .array import ndarray
 
@@ -24,7 +30,8 @@ class Launchable:
                                         f"copy it across with backend.to_device first")
                 from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
                 args = [FakeCUDAArray(a._a) if isinstance(a, ndarray) else a for a in args]
-            return launch(*args)
+            with _ONE_AT_A_TIME:
+                return launch(*args)
         return run
 
     def __getattr__(self, name):

@@ -60,7 +60,8 @@ class ShardedEmbeddingCollection(Module):
         return self.plan.owner_of(self.configs[table].name, keys)
 
     def forward(self, sparse):
-        keys = mixed_keys(sparse, self.n_features, self.shared, "ShardedEmbeddingCollection",
+        # routed to their owners on the host (distributed/routing.py): the keys come down once
+        keys = mixed_keys(backend.to_host(sparse), self.n_features, self.shared, "ShardedEmbeddingCollection",
                           " (pooled multi-hot bags are not sharded yet: pass one key per feature)")
         record = self.training and is_grad_enabled()
         anchor = Tensor(backend.xp.zeros(0, np.float32), requires_grad=record)

@@ -1,5 +1,5 @@
 """The argument checks every metric shares, so a bad batch fails at ``update`` and names what was wrong."""
-from gpuemb.autograd.backend import get_array_module
+from gpuemb.autograd.backend import get_array_module, item
 
 
 def checked(owner, logits, labels):
@@ -12,10 +12,11 @@ def checked(owner, logits, labels):
     if logits.dtype.kind != "f" or labels.dtype.kind not in "fiub":
         raise ValueError(f"{owner}: want float logits and 0/1 labels, got {logits.dtype} and {labels.dtype}")
     bad = ~xp.isfinite(logits)
-    if bool(bad.any()):
-        raise ValueError(f"{owner}: {int(bad.sum())} of {logits.size} logits are NaN or infinite; the model "
+    if item(bad.any()):  # one read of the device per check, and only a failing batch reads more
+        raise ValueError(f"{owner}: {item(bad.sum())} of {logits.size} logits are NaN or infinite; the model "
                          "diverged (lower the learning rate) or the batch is corrupt")
     odd = (labels != 0) & (labels != 1)
-    if bool(odd.any()):
-        raise ValueError(f"{owner}: labels must be 0 or 1; {int(odd.sum())} are not, such as {labels[odd][0]}")
+    if item(odd.any()):
+        raise ValueError(f"{owner}: labels must be 0 or 1; {item(odd.sum())} are not, such as "
+                         f"{item(labels[odd][0])}")
     return xp, logits, labels.astype(bool)

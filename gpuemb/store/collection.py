@@ -10,8 +10,8 @@ eval mode (``collection.eval()``) lookups do not insert keys: an unseen key read
 """
 import numpy as np
 
-from gpuemb.autograd import concat
-from gpuemb.autograd.backend import to_host
+from gpuemb.autograd import backend, concat
+from gpuemb.autograd.backend import get_array_module
 from gpuemb.io.hashing import GOLDEN, splitmix64_finalizer
 from gpuemb.nn.module import Module
 
@@ -21,9 +21,12 @@ from .table import EmbeddingTable
 def feature_keys(keys, feature):
     """``keys`` (int64) of feature ``feature`` moved into its own part of a shared key space; ``feature`` may be an
     array that broadcasts against ``keys`` (``np.arange(F)`` for ``keys [B, F]``)."""
-    with np.errstate(over="ignore"):
-        z = np.asarray(keys, np.int64).view(np.uint64) + np.uint64(feature + 1) * GOLDEN
-        return splitmix64_finalizer(z).view(np.int64)
+    xp = get_array_module(keys, feature)
+    keys = keys.astype(np.int64, copy=False) if backend.is_device_array(keys) else np.asarray(keys, np.int64)
+    step = np.uint64(feature + 1) if np.isscalar(feature) else feature.astype(np.uint64) + np.uint64(1)
+    with np.errstate(over="ignore"):  # the hash wraps around 2**64 on purpose, on either device
+        z = keys.view(np.uint64) + step * GOLDEN
+        return xp.ascontiguousarray(splitmix64_finalizer(z)).view(np.int64)
 
 
 def stackable(configs, n_features, owner):
@@ -41,13 +44,15 @@ def stackable(configs, n_features, owner):
 
 
 def mixed_keys(sparse, n_features, shared, owner, note=""):
-    """``sparse [B, F]`` as the host int64 keys the tables hold: each feature's keys mixed with its index where the
-    ``n_features`` features share one table; ``owner`` names the caller and ``note`` adds to the shape error."""
-    sparse = np.asarray(to_host(sparse), np.int64)
+    """``sparse [B, F]`` as the int64 keys the tables hold, on the device it came from (a device batch's keys never
+    leave it): each feature's keys mixed with its index where the ``n_features`` features share one table;
+    ``owner`` names the caller and ``note`` adds to the shape error."""
+    xp = get_array_module(sparse)
+    sparse = sparse.astype(np.int64, copy=False) if backend.is_device_array(sparse) else np.asarray(sparse, np.int64)
     if sparse.ndim != 2 or sparse.shape[1] != n_features:
         raise ValueError(f"{owner}: sparse has shape {sparse.shape}; want [B, F]: this collection has {n_features} "
                          f"features{note}")
-    return feature_keys(sparse, np.arange(n_features)) if shared else sparse
+    return feature_keys(sparse, xp.arange(n_features)) if shared else sparse
 
 
 class EmbeddingCollection(Module):
@@ -84,7 +89,7 @@ class EmbeddingCollection(Module):
     def _pooled(self, bags):
         if len(bags) != self.n_features:
             raise ValueError(f"EmbeddingCollection: {len(bags)} (keys, offsets) pairs for {self.n_features} features")
-        bags = [(np.asarray(to_host(k), np.int64), np.asarray(to_host(o), np.int64)) for k, o in bags]
+        bags = [(np.asarray(backend.to_host(k), np.int64), np.asarray(backend.to_host(o), np.int64)) for k, o in bags]
         B = bags[0][1].size - 1
         if self.shared:  # bags in feature-major order, one lookup: [F·B, D] -> [B, F, D]
             keys = np.concatenate([feature_keys(k, f) for f, (k, _) in enumerate(bags)])

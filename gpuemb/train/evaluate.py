@@ -9,7 +9,7 @@ An eval lookup adds the keys it has not seen to the tables, with their initial r
 """
 import time
 
-from gpuemb.autograd import no_grad
+from gpuemb.autograd import backend, no_grad
 from gpuemb.io.loader import Loader, LoaderConfig
 from gpuemb.metrics import AUC, Accuracy, LogLoss
 
@@ -47,8 +47,9 @@ def evaluate(model, source, n_tasks=1, max_rows=None, batch_size=16384, logits_o
         with no_grad():
             for batch in loader:
                 take = batch.rows if max_rows is None else min(batch.rows, max_rows - rows)
-                logits = logits_of(model, batch.slice(0, take))
-                labels = batch.label[:take]
+                # the metrics sort and count on the host: one copy of the logits and labels per eval batch
+                logits = backend.to_host(logits_of(model, batch.slice(0, take)))
+                labels = backend.to_host(batch.label[:take])
                 for t, task in enumerate(metrics):
                     column = (logits, labels) if n_tasks == 1 else (logits[:, t], labels[:, t])
                     for metric in task.values():

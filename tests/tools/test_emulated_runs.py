@@ -13,8 +13,8 @@ import pytest
 
 TRAIN = Path(__file__).resolve().parents[2] / "tools" / "train.py"
 pytestmark = pytest.mark.gpu  # runs where there is a device: the emulation pass of .ci/run, or a GPU
-TINY = ["--embedding-dim", "8", "--batch-size", "32", "--train-rows", "512", "--eval-rows", "256", "--steps", "4",
-        "--log-every", "1", "--eval-every", "4", "--no-progress", "--seed", "3"]
+TINY = ["--embedding-dim", "8", "--batch-size", "32", "--train-rows", "512", "--eval-rows", "64", "--steps", "2",
+        "--log-every", "1", "--eval-every", "2", "--no-progress", "--seed", "3"]
 MODELS = {"dlrm": ["--model", "dlrm", "--model-arg", "bottom=[16]", "--model-arg", "top=[16,8]"],
           "dcn": ["--model", "dcn", "--model-arg", "n_cross=2", "--model-arg", "deep=[16,8]"]}
 
@@ -46,8 +46,7 @@ STORES = {"device": ["--store", "device"],
           "ssd": ["--store", "ssd", "--cache-rows", "4000", "--host-cache-rows", "8000"]}
 
 
-@pytest.mark.parametrize("store", STORES)
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("model, store", [("dlrm", "device"), ("dcn", "host-cache"), ("dlrm", "ssd")])
 def test_a_tiny_run_on_the_emulated_device_equals_the_cpu_run(model, store, mpi_run, tmp_path):
     args = [*MODELS[model], *STORES[store]]
     if store == "ssd":
@@ -58,24 +57,23 @@ def test_a_tiny_run_on_the_emulated_device_equals_the_cpu_run(model, store, mpi_
     for record in emulated:
         if record["kind"] == "train":
             assert record["transfers"]["to_device"] > 0, record  # the batch went up: the device path ran
-            if store == "device":
-                assert record["transfers"]["syncs"] <= 1, record  # the loss's read, and nothing else waits
+            if store == "device":  # the batch's one upload; the loss's read, and the store's rare capacity read
+                assert record["transfers"]["to_device"] <= 1 and record["transfers"]["to_host"] <= 2, record
 
 
 def test_a_checkpoint_on_the_emulated_device_resumes_to_the_same_run(mpi_run, tmp_path):
     def args(folder):
-        return [*MODELS["dlrm"], "--checkpoint-dir", tmp_path / folder, "--checkpoint-every", "2"]
+        return [*MODELS["dlrm"], "--checkpoint-dir", tmp_path / folder, "--checkpoint-every", "1"]
     whole = run(mpi_run, tmp_path, "whole", "emulated", *args("whole"))
-    first = run(mpi_run, tmp_path, "first", "emulated", *args("parts"), "--steps", "2")  # the last --steps wins
+    first = run(mpi_run, tmp_path, "first", "emulated", *args("parts"), "--steps", "1")  # the last --steps wins
     resumed = run(mpi_run, tmp_path, "resumed", "emulated", *args("parts"), "--resume", "latest")
     losses = [r["loss"] for r in whole if r["kind"] == "train"]
-    assert len(losses) == 4
-    assert [r["loss"] for r in first if r["kind"] == "train"] == losses[:2]
-    assert [r["loss"] for r in resumed if r["kind"] == "train"] == losses[2:]  # bit for bit, as on the CPU
+    assert len(losses) == 2
+    assert [r["loss"] for r in first if r["kind"] == "train"] == losses[:1]
+    assert [r["loss"] for r in resumed if r["kind"] == "train"] == losses[1:]  # bit for bit, as on the CPU
     assert_same_run(run(mpi_run, tmp_path, "cpu", "cpu", *args("cpu")), whole)
 
 
-@pytest.mark.slow
 def test_two_ranks_with_nccl_on_the_emulated_device_equal_mpi_on_the_cpu(mpi_run, tmp_path):
     args = [*MODELS["dlrm"], "--tables", "per-feature"]
     cpu = run(mpi_run, tmp_path, "cpu", "cpu", *args, "--comm-backend", "mpi", ranks=2)
