@@ -8,7 +8,7 @@ the device, 5 bytes a row, and sorts once in ``result``: an exact AUC cannot be 
 """
 import numpy as np
 
-from gpuemb.autograd.backend import get_array_module
+from gpuemb.autograd.backend import get_array_module, item
 
 from .common import checked
 
@@ -19,7 +19,7 @@ def _auc(xp, scores, labels):
     ends = xp.flatnonzero(xp.concatenate([s[1:] != s[:-1], xp.ones(1, bool)]))  # last index of each tie group
     pos_through = xp.cumsum(pos)[ends]
     neg_through = (ends + 1) - pos_through
-    n_pos, n_neg = int(pos_through[-1]), int(neg_through[-1])
+    n_pos, n_neg = item(pos_through[-1]), item(neg_through[-1])
     if n_pos == 0 or n_neg == 0:
         raise ValueError(f"AUC: the labels hold {n_pos} positives and {n_neg} negatives; AUC needs both "
                          "(evaluate on more rows)")
@@ -28,7 +28,7 @@ def _auc(xp, scores, labels):
     neg_below = xp.concatenate([zero, neg_through[:-1]])
     neg_in = neg_through - neg_below
     # 2·U in integers: exact for up to ~2**62 / N pairs per group, far past any eval set.
-    twice_u = int((pos_in * (2 * neg_below + neg_in)).sum())
+    twice_u = item((pos_in * (2 * neg_below + neg_in)).sum())
     return twice_u / (2.0 * n_pos * n_neg)
 
 

@@ -1,6 +1,8 @@
 """Log-loss and accuracy: per-row terms summed on the device in float64, so streaming equals one big batch."""
 import numpy as np
 
+from gpuemb.autograd.backend import item
+
 from .common import checked
 
 
@@ -33,7 +35,7 @@ class _Mean:
     def result(self):
         if not self.count:
             raise ValueError(f"{self.name}.result: no batch was given to update()")
-        return float(self._sum) / self.count
+        return float(item(self._sum)) / self.count
 
 
 class LogLoss(_Mean):

@@ -113,6 +113,7 @@ def test_cuda_kernels_match_reference(rng, N, D):
 
 
 @pytest.mark.gpu
+@pytest.mark.real_gpu  # shapes the simulator would take many minutes over
 def test_cuda_kernels_on_real_shapes(rng):
     x = _rows(rng, 65536, 128)
     q, scale = int8_encode_cuda(to_device(x))

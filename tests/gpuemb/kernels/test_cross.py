@@ -101,6 +101,7 @@ def test_cuda_kernels_match_reference(rng, B, D, inside, h_cols):
 
 
 @pytest.mark.gpu
+@pytest.mark.real_gpu  # shapes the simulator would take many minutes over
 @pytest.mark.parametrize("form", ["vector", "matrix", "lowrank"])
 def test_layer_on_real_shapes(rng, form):
     x0, xl = rng.standard_normal((4096, 512)).astype(np.float32), rng.standard_normal((4096, 512)).astype(np.float32)

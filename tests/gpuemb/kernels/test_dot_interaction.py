@@ -149,6 +149,7 @@ def test_empty_batch(rng, forward, backward, diag):
 
 
 @pytest.mark.gpu
+@pytest.mark.real_gpu  # shapes the simulator would take many minutes over
 @pytest.mark.parametrize("B,F,D", [(2048, 26, 16), (512, 26, 128), (64, 127, 256)])
 def test_cuda_kernels_on_real_shapes(rng, B, F, D):
     bottom, emb = _inputs(rng, B, F, D)

@@ -156,6 +156,7 @@ def test_cuda_kernels_match_reference(rng, rows, D, B, max_bag, mode):
 
 
 @pytest.mark.gpu
+@pytest.mark.real_gpu  # shapes the simulator would take many minutes over
 @pytest.mark.parametrize("mode", ["sum", "mean"])
 def test_cuda_kernels_on_real_shapes(rng, mode):
     table, slots, offsets = _bags(rng, 100_000, 128, 4096, 20)

@@ -72,6 +72,7 @@ def test_cuda_kernels_match_reference(rng, B, F, D, reduce):
 
 
 @pytest.mark.gpu
+@pytest.mark.real_gpu  # shapes the simulator would take many minutes over
 @pytest.mark.parametrize("reduce", [True, False])
 def test_cuda_kernels_on_real_shapes(rng, reduce):
     emb = rng.standard_normal((4096, 39, 64)).astype(np.float32)

@@ -37,6 +37,7 @@ def test_cuda_kernel_matches_reference(rng, rows, dim, n):
 
 
 @pytest.mark.gpu
+@pytest.mark.real_gpu  # shapes the simulator would take many minutes over
 def test_cuda_kernel_on_real_shapes(rng):
     table = rng.standard_normal((1_000_000, 128)).astype(np.float32)
     idx = rng.integers(0, table.shape[0], 65536)

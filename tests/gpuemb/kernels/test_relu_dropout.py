@@ -163,6 +163,7 @@ def test_cuda_kernels_match_reference(rng, shape):
 
 
 @pytest.mark.gpu
+@pytest.mark.real_gpu  # shapes the simulator would take many minutes over
 def test_cuda_kernels_on_real_shapes(rng):
     x, gy = _x(rng, (4096, 1000)), _x(rng, (4096, 1000))
     y, mask = relu_dropout_cuda(to_device(x), 0.5, seed=77, step=123)

@@ -14,7 +14,9 @@ from gpuemb.store.init import initial_weights
 from gpuemb.store.options import Initializer, StoreOptions, TableConfig
 from gpuemb.store.table import EmbeddingTable
 
-pytestmark = pytest.mark.gpu
+# real shapes: minutes per test in the simulator, so they wait for real hardware; test_device_equality.py checks the
+# same paths on the emulated device at small shapes
+pytestmark = [pytest.mark.gpu, pytest.mark.real_gpu]
 
 D, UNIVERSE, BATCH, STEPS = 16, 3000, 2048, 4
 PLACEMENTS = {
