@@ -3,7 +3,9 @@
 Every copy to the device, every copy back and every synchronization (a stream or device sync, or a scalar read
 such as ``.item()``) adds to ``COUNTS``. On a GPU the backend's explicit transfers count; under the emulated
 device every crossing counts, the implicit ones too, so a test there sees what a GPU would wait for.
-A training step reports its share (``since``) in the metrics' ``"transfers"``.
+Each thread's crossings are also kept apart: a training step reports the ones its own thread made, which stall
+it, as ``"transfers"``, and those the loader's and the prefetch's threads made meanwhile, for the batches ahead,
+as ``"transfers_ahead"``. The totals alone could not say which step a background copy belonged to.
 """
 import threading
 
@@ -11,27 +13,37 @@ FIELDS = ("to_device", "to_host", "syncs", "bytes")
 
 
 class Counts:
-    """Running totals, safe to add to from the loader's prefetch thread."""
+    """Running totals of all threads, safe to add to from the loader's and the prefetch's threads, and each
+    thread's own totals beside them."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._totals = dict.fromkeys(FIELDS, 0)
+        self._local = threading.local()
+
+    def _mine(self):
+        if not hasattr(self._local, "totals"):
+            self._local.totals = dict.fromkeys(FIELDS, 0)
+        return self._local.totals
 
     def add(self, to_device=0, to_host=0, syncs=0, nbytes=0):
+        added = {"to_device": to_device, "to_host": to_host, "syncs": syncs, "bytes": int(nbytes)}
+        mine = self._mine()  # only this thread writes it: no lock
         with self._lock:
-            t = self._totals
-            t["to_device"] += to_device
-            t["to_host"] += to_host
-            t["syncs"] += syncs
-            t["bytes"] += int(nbytes)
+            for k, n in added.items():
+                self._totals[k] += n
+                mine[k] += n
 
-    def snapshot(self):
+    def snapshot(self, this_thread=False):
+        """The totals so far: of all threads, or (``this_thread``) of the calling one."""
+        if this_thread:
+            return dict(self._mine())
         with self._lock:
             return dict(self._totals)
 
-    def since(self, snapshot):
-        """What was counted after ``snapshot`` (a dict from :meth:`snapshot`)."""
-        now = self.snapshot()
+    def since(self, snapshot, this_thread=False):
+        """What was counted after ``snapshot`` (a dict from :meth:`snapshot` with the same ``this_thread``)."""
+        now = self.snapshot(this_thread)
         return {k: now[k] - snapshot[k] for k in FIELDS}
 
 

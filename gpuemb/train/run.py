@@ -106,7 +106,7 @@ class Run:
         self.pipeline = Pipeline(self.trainer, self.batches, config.run.pipeline)
         self.eval_every = config.output.eval_every or max(1, self.total_steps // 4)
         self.window = []  # losses of the steps since the last train record
-        self.crossings = []  # each of those steps' host-device transfers and syncs (autograd/transfers.py)
+        self.crossings = []  # each of those steps' host-device transfers and syncs: (this thread's, all threads')
         self.last_checkpoint = None
 
     @property
@@ -181,14 +181,19 @@ class Run:
         sent = {"comm_bytes_per_step": self.cluster.bytes_per_step()} if self.cluster.world_size > 1 else {}
         return {"kind": "train", "step": self.step, "epoch": self.pipeline.epoch, "samples": self.trainer.samples,
                 "loss": loss, "lr": lrs[0], "embedding_lr": lrs[1], "samples_per_s": samples_per_s,
-                "transfers": self.transfers_per_step(), **sent}
+                **self.transfers_per_step(), **sent}
 
     def transfers_per_step(self):
         """The host-device crossings of a step, averaged over the steps since the last train record (then
-        forgotten): ``{"to_device", "to_host", "syncs", "bytes"}``. They include what the loader's and the
-        prefetch's threads moved meanwhile, for the batches ahead."""
+        forgotten), each ``{"to_device", "to_host", "syncs", "bytes"}``: ``"transfers"``, the step's own, which
+        stall it; ``"transfers_ahead"``, what the loader's and the prefetch's threads moved meanwhile, for the
+        batches ahead (autograd/transfers.py)."""
         steps, self.crossings = self.crossings, []
-        return {k: round(sum(c[k] for c in steps) / max(len(steps), 1), 2) for k in transfers.FIELDS}
+
+        def mean(part):
+            return {k: round(sum(part(c)[k] for c in steps) / max(len(steps), 1), 2) for k in transfers.FIELDS}
+        return {"transfers": mean(lambda c: c[0]),
+                "transfers_ahead": mean(lambda c: {k: c[1][k] - c[0][k] for k in transfers.FIELDS})}
 
     def eval_record(self):
         # Eval batches of the training size: a cached table holds the unique keys of one batch, not more.
@@ -232,13 +237,15 @@ def train(config, reporter=None, comm=None):
         busy, timed = 0.0, 0  # seconds in training steps since the last train record, and how many steps
         with run.pipeline as pipeline:
             while run.step < run.total_steps:
-                lrs, t, counted = run.trainer.lrs, time.perf_counter(), transfers.COUNTS.snapshot()
+                lrs, t = run.trainer.lrs, time.perf_counter()
+                counted = transfers.COUNTS.snapshot(this_thread=True), transfers.COUNTS.snapshot()
                 try:
                     loss = pipeline.step(ahead=run.may_prepare_next())
                 except DivergedError as e:
                     raise DivergedError(f"{e}; {run.advice()}") from None
                 busy, timed = busy + time.perf_counter() - t, timed + 1
-                run.crossings.append(transfers.COUNTS.since(counted))
+                run.crossings.append((transfers.COUNTS.since(counted[0], this_thread=True),
+                                      transfers.COUNTS.since(counted[1])))
                 run.window.append(loss)
                 reporter.step(run, loss)
                 step, last = run.step, run.step == run.total_steps
