@@ -79,18 +79,25 @@ class EmbeddingTable:
     def __len__(self):
         return len(self.home)
 
-    def prefetch(self, keys, if_room=False):
+    def room(self):
+        """How many more rows the device level could pin beside those pinned now; None where it is unbounded. A
+        training loop reads it while the current batch's rows are pinned, for a :meth:`prefetch` that must fit
+        beside them whenever it runs."""
+        with self._lock:
+            bound = self.top.bound
+            return None if bound is None else bound - self.top.policy.n_pinned()
+
+    def prefetch(self, keys, room=None):
         """Bring the rows of an upcoming batch's ``keys`` into the device rows and pin them until that batch's
         update (the next ``lookup`` takes over the pins of the oldest prefetch, and when it is given the same
         keys, its unique keys and slots as well). A training loop may call it from another thread while the
-        current batch computes. ``if_room``: do nothing, and return False, where the keys might not fit beside
-        the rows already pinned (rather than raise StoreFullError)."""
+        current batch computes. ``room`` (from :meth:`room`): do nothing, and return False, where the unique keys
+        are more than that (rather than raise StoreFullError)."""
         keys = backend.xp.array(backend.to_device(keys, np.int64))  # a copy: the caller's may change before the lookup
         unique, inverse = backend.unique(keys, return_inverse=True)
+        if room is not None and unique.size > room:
+            return False
         with self._lock:
-            bound = self.top.bound
-            if if_room and bound is not None and bound - self.top.policy.n_pinned() < unique.size:
-                return False
             self._prefetched.append((keys, unique, inverse, self.top.acquire(unique)))
         return True
 

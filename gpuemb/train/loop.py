@@ -213,17 +213,20 @@ class Pipeline:
 
     def _submitter(self, sparse):
         def submit():
-            self._job = self._worker.submit(self._prefetch, sparse)
+            # The room is read here, after step i's lookups and before its update: with step i's rows still
+            # pinned, so the decision is the same however late the worker runs (the update unpins them).
+            rooms = {id(t): t.room() for c in self.collections for t in c.tables}
+            self._job = self._worker.submit(self._prefetch, sparse, rooms)
         return submit
 
-    def _prefetch(self, sparse):
+    def _prefetch(self, sparse, rooms):
         # The worker thread starts on GPU 0: it takes this rank's. Step i's lookups were queued on the main stream;
         # on a GPU, wait for them before moving rows beside them.
         with self._device, self._stream:
             backend.synchronize()
             for collection in self.collections:
                 for table, keys in collection.table_keys(sparse):
-                    done = table.prefetch(keys, if_room=True)
+                    done = table.prefetch(keys, room=rooms[id(table)])
                     self.prefetched, self.skipped = self.prefetched + done, self.skipped + (not done)
             self._stream.synchronize()
 
