@@ -24,7 +24,7 @@ import math
 
 from gpuemb.autograd.checks import fail
 
-from .cost import (CODEC_BYTES, HOMES, INDEX_BYTES, Memory, RankCost, human_bytes, placement_costs, row_bytes,
+from .cost import (CODEC_BYTES, DEVICE_KEY_BYTES, HOMES, Memory, RankCost, human_bytes, placement_costs, row_bytes,
                    shard_memory, unique_rows)
 from .plan import Placement, Plan, Shard
 from .spec import RankBudget, TableSpec
@@ -69,7 +69,8 @@ class _Ranks:
                 continue
             need = min(rows, math.ceil(PREFETCH_BATCHES * unique_rows(spec, share, rows, self.batch_size)))
             want = min(rows, max(need, math.ceil(self.cache_fraction * rows)))
-            cache = max(need, min(want, int((free.device - self.reserve) // (row_bytes(spec, cols) + INDEX_BYTES))))
+            per_row = row_bytes(spec, cols) + DEVICE_KEY_BYTES
+            cache = max(need, min(want, int((free.device - self.reserve) // per_row)))
             if shard_memory(spec, rows, cols, home, cache).fits(free):
                 return home, cache
         return None
@@ -160,7 +161,7 @@ def _grow_caches(st, placement):
     shards = []
     for s in placement.shards:
         if s.home != "device":
-            per_row = row_bytes(placement.table, s.cols[1] - s.cols[0]) + INDEX_BYTES
+            per_row = row_bytes(placement.table, s.cols[1] - s.cols[0]) + DEVICE_KEY_BYTES
             more = min(math.ceil(st.cache_fraction * s.rows) - s.cache_rows, int(st.free[s.rank].device // per_row))
             if more > 0:
                 st.free[s.rank] -= Memory(device=more * per_row)

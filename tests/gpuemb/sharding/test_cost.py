@@ -3,8 +3,8 @@ import pytest
 
 from gpuemb import optim
 from gpuemb.kernels.codecs import CODECS
-from gpuemb.sharding.cost import (CODEC_BYTES, INDEX_BYTES, SLOT_BYTES, Memory, RankCost, placement_costs,
-                                  rank_costs, shard_memory, vector_bytes)
+from gpuemb.sharding.cost import (CODEC_BYTES, INDEX_BYTES, SLOT_BYTES, USED_FLAG_BYTES, Memory, RankCost,
+                                  placement_costs, rank_costs, shard_memory, vector_bytes)
 from gpuemb.sharding.plan import Placement, Plan, Shard
 from gpuemb.sharding.spec import RankBudget, TableSpec
 from gpuemb.store.options import StoreOptions, TableConfig
@@ -14,32 +14,39 @@ SGD8 = TableSpec("t", 1000, 8, lookups_per_sample=2, rule="SGDRule")  # a row is
 
 
 def test_memory_per_home_by_hand():
-    assert shard_memory(SGD8, 1000) == Memory(device=1000 * (32 + 24), host_meta=1000 * 27)
+    assert shard_memory(SGD8, 1000) == Memory(device=1000 * (32 + 24 + 26))
     assert shard_memory(SGD8, 1000, home="host", cache_rows=100) == Memory(
-        device=100 * (32 + 24), host=1000 * (32 + 24), host_meta=(100 + 1000) * 27)
+        device=100 * (32 + 24 + 26), host=1000 * (32 + 24), host_meta=1000 * 27)
     assert shard_memory(SGD8, 1000, home="ssd", cache_rows=100) == Memory(
-        device=100 * (32 + 24), host=1000 * 24, ssd=1000 * 32, host_meta=(100 + 1000) * 27)
+        device=100 * (32 + 24 + 26), host=1000 * 24, ssd=1000 * 32, host_meta=1000 * 27)
     half = TableSpec("h", 10, 8, dtype="float16", rule="RowwiseAdagradRule")  # 8 weights + 1 accumulator
     # a float16 table keeps its weights in float16 and its state in float32: 4 weights x 2 + 1 accumulator x 4
-    assert shard_memory(half, 10, cols=4).device == 10 * (4 * 2 + 4 + 24)
+    assert shard_memory(half, 10, cols=4).device == 10 * (4 * 2 + 4 + 24 + 26)
     with pytest.raises(ValueError, match="home='tape'"):
         shard_memory(SGD8, 10, home="tape")
 
 
-@pytest.mark.xfail(strict=True, reason="the device level's bookkeeping moved to device arrays (issue 14: masks, "
-                   "a spare row, a device free stack), so gpuemb/sharding/cost.py's per-key constants are out of "
-                   "date; re-derive SLOT_BYTES from the new layout")
 @pytest.mark.parametrize("n", [3000, 20000])
 def test_per_key_constants_match_the_store(n, rng):
-    table = EmbeddingTable(TableConfig("t", 8, options=StoreOptions(slab_rows=1024)))
-    table.lookup(rng.choice(1 << 40, n, replace=False))
-    level = table.top
-    # the allocator's bytes: a host SlabAllocator's used flags, or a device level's free stack (store/slots.py)
-    alloc = level.alloc
-    allocator = alloc.stats().overhead_bytes if hasattr(alloc, "stats") else alloc.overhead_bytes
-    assert (level.overhead_bytes - level.index.nbytes - allocator) / level.tier.capacity == SLOT_BYTES - 1 == 26
-    assert allocator / len(level) <= 1.25  # so SLOT_BYTES' 1 for it is within a quarter byte
+    keys = rng.choice(1 << 40, n, replace=False)
+    device = EmbeddingTable(TableConfig("d", 8, options=StoreOptions(slab_rows=1024)))
+    device.lookup(keys)
+    level = device.top  # a device level: its bookkeeping on the device, one spare row, no row freed yet
+    slots = level.overhead_bytes - level.index.nbytes - level.alloc.overhead_bytes - level.counters.nbytes
+    assert slots / (level.tier.capacity + 1) == SLOT_BYTES == 26
+    assert level.alloc.overhead_bytes == 8 + 16  # the free stack's spare entry and its two counters
     assert INDEX_BYTES / 2 <= level.index.nbytes / len(level) <= INDEX_BYTES  # a bound, and not a loose one
+
+    cached = EmbeddingTable(TableConfig("h", 8, options=StoreOptions("host", cache_rows=512, slab_rows=1024)))
+    for batch in keys.reshape(-1, 200):  # the cache evicts and frees rows; the home keeps them all
+        cached.lookup(batch).sum().backward()
+    home = cached.levels[-1]  # a host level: NumPy arrays grown a quarter ahead, and the slab allocator's flags
+    used = home.alloc.stats().overhead_bytes
+    slots = home.overhead_bytes - home.index.nbytes - used - home.counters.nbytes
+    assert len(home) == n and SLOT_BYTES <= slots / home.tier.capacity <= 1.25 * SLOT_BYTES
+    assert used / len(home) <= 1.25 * USED_FLAG_BYTES
+    cache = cached.top  # its free stack holds at most the rows it freed
+    assert 8 + 16 < cache.alloc.overhead_bytes <= 8 * (cache.tier.capacity + 1) + 16
 
 
 def test_codec_bytes():
