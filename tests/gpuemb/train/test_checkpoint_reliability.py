@@ -11,15 +11,17 @@ from gpuemb.train import CheckpointError, Run, TrainConfig, train
 from gpuemb.train import checkpoint as ckpt
 
 
+TINY = dict(model_args={"top": [16], "bottom": [8]}, embedding_dim=4, batch_size=64, eval_rows=500, progress=False,
+            steps=4, seed=1)
+
+
 def config(tmp_path, **changes):
-    base = dict(model_args={"top": [16], "bottom": [8]}, embedding_dim=4, batch_size=64, eval_rows=500,
-                progress=False, checkpoint_dir=str(tmp_path / "ckpt"), steps=4, seed=1)
-    return TrainConfig.from_dict({**base, **changes})
+    return TrainConfig.from_dict(TINY | {"checkpoint_dir": str(tmp_path / "ckpt")} | changes)
 
 
 @pytest.fixture
 def saved(tmp_path):
-    """A checkpoint dir holding the checkpoints of steps 2 and 4 (``latest`` is step 4)."""
+    """The checkpoint dir of a run that kept steps 2 and 4 (``latest``)."""
     train(config(tmp_path, checkpoint_every=2))
     return tmp_path / "ckpt"
 
