@@ -13,6 +13,7 @@ from .format import ATTRS_CRC, FORMAT, PARTS, READS, SnapshotError, TableSnapsho
     parse_json
 
 _RESTORE = "restore from another snapshot or write this one again"
+HDF5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, RecursionError)  # what h5py raises on a corrupt file
 
 
 @contextmanager
@@ -22,7 +23,7 @@ def _open(path):
         raise SnapshotError(f"{path}: no such snapshot file; check the path")
     try:
         f = h5py.File(path, "r")
-    except OSError as e:
+    except (OSError, RuntimeError) as e:
         raise SnapshotError(f"{path}: cannot be opened as HDF5 ({e}); the file is truncated or corrupt, "
                             f"so {_RESTORE}") from None
     with f:
@@ -70,14 +71,18 @@ class SnapshotTable(_Rows):
 
     def _read(self, parts):
         with _open(self.path) as f:
-            g = f["tables"][self.name]
-            sums = g["checksums"][...]
+            try:
+                g = f["tables"][self.name]
+                sums = g["checksums"][...]
+            except HDF5_ERRORS as e:
+                raise SnapshotError(f"{self.path}: table {self.name!r}: its checksums cannot be read ({e}); the file "
+                                    f"is truncated or corrupt, so {_RESTORE}") from None
             for i, a in enumerate(range(0, self.n_rows, self.chunk_rows)):
                 b = min(a + self.chunk_rows, self.n_rows)
                 where = f"{self.path}: table {self.name!r}, chunk {i} (rows {a}:{b})"
                 try:
                     got = [g[p][a:b] for p in parts]
-                except (OSError, ValueError, KeyError) as e:
+                except HDF5_ERRORS as e:
                     raise SnapshotError(f"{where} cannot be read ({e}); the file is truncated or corrupt, "
                                         f"so {_RESTORE}") from None
                 for j, (p, arr) in enumerate(zip(parts, got)):
@@ -184,7 +189,7 @@ def read_snapshot(path, verify=True):
                 raise SnapshotError(f"{path}: the checksum of its attributes does not match them; the snapshot is "
                                     f"corrupt, so {_RESTORE}")
             return snap
-        except (OSError, KeyError, ValueError, TypeError, RecursionError) as e:
+        except HDF5_ERRORS + (TypeError,) as e:
             raise SnapshotError(f"{path}: cannot be read ({type(e).__name__}: {e}); the file is corrupt, "
                                 f"so {_RESTORE}") from None
 
