@@ -182,7 +182,8 @@ def _not_written(directory, step, e):
     kept = latest_name(directory)
     kept = f"the last checkpoint, {os.path.join(directory, kept)}, is whole" if kept else "no checkpoint was kept"
     if getattr(e, "errno", None) in FULL:
-        do = "free space on that disk (or pass a --checkpoint-dir on a larger one) and --resume from the last checkpoint"
+        do = "free space on that disk (or pass a --checkpoint-dir on a larger one) and --resume from the last " \
+             "checkpoint"
     else:
         do = "check that the folder is writable, or pass another --checkpoint-dir"
     return f"--checkpoint-dir {directory}: the checkpoint of step {step} could not be written ({e}); {kept}; {do}"

@@ -1,10 +1,10 @@
 """The checkpoint dir: one run at a time writes it, and what dead runs left half-written there is cleared.
 
-``<checkpoint-dir>`` holds complete checkpoints ``step-<N>`` (a folder without its manifest is not one),
-and ``latest`` (the name of the newest), and the leftovers of a write or prune that did not finish, each named with a leading dot:
-``.step-<N>.tmp-*`` (a checkpoint being written), ``.step-<N>.old-*`` (one being replaced or pruned: it is renamed
-away before it is removed, so an interrupted prune never leaves a ``step-<N>`` that looks complete but is not) and
-``.latest.tmp-*``. The run writing there holds a flock on the folder for its lifetime (``DirLock``), so any
+``<checkpoint-dir>`` holds complete checkpoints ``step-<N>`` (a folder without its manifest is not one), ``latest``
+(the name of the newest), and the leftovers of a write or prune that did not finish, each named with a leading
+dot: ``.step-<N>.tmp-*`` (a checkpoint being written), ``.step-<N>.old-*`` (one being replaced or pruned: it is
+renamed away before it is removed, so an interrupted prune never leaves a ``step-<N>`` that looks complete but is
+not) and ``.latest.tmp-*``. The run writing there holds a flock on the folder for its lifetime (``DirLock``), so any
 leftover it finds is a dead run's: it clears them at its start.
 """
 import errno

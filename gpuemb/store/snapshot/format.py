@@ -4,11 +4,11 @@ and checkpoints"), and what a writer and a reader of it share.
 A snapshot is plain HDF5 (docs/store.md, "Snapshot format"). File attributes: ``format`` = "gpuemb-snapshot",
 ``version`` = 2, ``id`` (a fresh hex id), ``kind`` ("full" or "incremental"), ``base`` (the id an incremental
 applies on, "" for a full one), ``created`` (UTC, ISO 8601), ``meta`` (JSON) and ``attrs_crc32``, the CRC32 of
-every other attribute of the file and its tables (``attrs_crc``; version 1, which had none, still reads). Each table is a group
-``/tables/<name>`` with attributes ``config`` and ``layout`` (JSON: ``{part: [start, stop]}`` of the row columns,
-weights first), ``part_dtypes`` (JSON: ``{part: dtype}``, what each part's columns read as: a float16 table keeps
-float32 state as pairs of 16-bit columns, see ``row_format.py``), ``n_rows``, ``chunk_rows`` and ``has_steps``,
-and these datasets, all but ``checksums`` chunked by ``chunk_rows`` rows:
+every other attribute of the file and its tables (``attrs_crc``; version 1, which had none, still reads). Each
+table is a group ``/tables/<name>`` with attributes ``config`` and ``layout`` (JSON: ``{part: [start, stop]}`` of
+the row columns, weights first), ``part_dtypes`` (JSON: ``{part: dtype}``, what each part's columns read as: a
+float16 table keeps float32 state as pairs of 16-bit columns, see ``row_format.py``), ``n_rows``, ``chunk_rows``
+and ``has_steps``, and these datasets, all but ``checksums`` chunked by ``chunk_rows`` rows:
 
 ========= ============== ===================== ===================================================
 dataset   dtype          shape                 holds

@@ -62,7 +62,7 @@ def test_a_save_that_fails_leaves_the_last_checkpoint_whole(tmp_path, saved, mon
             raise OSError("disk full")
 
         monkeypatch.setattr(ckpt, "save_snapshot", crash)
-        with pytest.raises(CheckpointError, match="step 5 could not be written \\(disk full\\).*step-000000004, is whole"):
+        with pytest.raises(CheckpointError, match=r"step 5 could not be written \(disk full\).*000004, is whole"):
             run.save_checkpoint()
     finally:
         run.close()
