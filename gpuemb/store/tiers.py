@@ -226,6 +226,9 @@ class SsdTier(Tier):
     chunk to exist and no filter, so chunks are allocated when a slab is added and the dataset is not compressed. A
     write reads each chunk it covers in part, changes its rows, and writes it back; a chunk it covers entirely is
     written without a read, so filling fresh slots in order (populating a table) costs one write per chunk.
+
+    While open, the tier holds a lock on ``<path>.lock`` that keeps other processes off the file (``_lock``). A
+    write the disk refuses raises SsdFileError, and so does every later call.
     """
 
     def __init__(self, path, spec):
