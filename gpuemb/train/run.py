@@ -116,7 +116,13 @@ class Run:
             ssd_dir = config.store.ssd_dir or os.path.join(self._tmp.name, "ssd")
             if self.cluster.world_size > 1:  # ranks on one host must not share a file
                 ssd_dir = os.path.join(ssd_dir, f"rank{self.cluster.rank}")
-            os.makedirs(ssd_dir, exist_ok=True)
+            try:
+                os.makedirs(ssd_dir, exist_ok=True)
+                tempfile.TemporaryFile(dir=ssd_dir).close()  # a read-only folder or disk: now, not at the first slab
+            except OSError as e:
+                why = "a file of that name is there" if isinstance(e, FileExistsError) else e.strerror or e
+                raise ConfigError(f"--ssd-dir {ssd_dir}: the tables' files cannot be written there ({why}); pass "
+                                  "a folder this user can write") from None
         # A resume may change the learning rates, but a table is restored into the config it was saved with;
         # the trainer sets the tables' lr at every step anyway.
         saved_lr = self.checkpoint[1]["embedding_lr"] if self.checkpoint else config.optimization.embedding_lr
