@@ -141,6 +141,8 @@ class ProgressBar(Reporter):
                        f"{record['log_loss']:.4f}  accuracy {record['accuracy']:.4f}  ({record['rows']:,} rows)")
         elif record["kind"] == "checkpoint":
             self._line(f"step {record['step']:6d}  checkpoint {record['path']}")
+        elif record["kind"] == "warning":  # on stderr, where a script that reads the lines above looks for trouble
+            print(f"{PROG}: warning: {record['message']}", file=sys.stderr, flush=True)
 
     def _line(self, text):
         if self.bar is not None:

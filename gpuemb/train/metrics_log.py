@@ -6,7 +6,8 @@ Every record has ``kind`` and ``step`` (steps trained when it was written):
   ``epoch`` (0-based, of the last batch), ``samples``, and ``samples_per_s``;
 - ``eval``: ``auc``, ``log_loss``, ``accuracy`` over ``rows`` eval rows (per task too, for several tasks),
   ``teacher_auc`` where the data has a planted teacher, and ``eval_s``;
-- ``checkpoint``: ``path``.
+- ``checkpoint``: ``path``;
+- ``warning``: ``message``, once, after the first eval that shows the model collapsed (``Run.collapse_warning``).
 
 ``TIMING`` names the fields that measure time; the others are the same, bit for bit, in a run and in the same
 run stopped and resumed. A resumed run first cuts the file back to its checkpoint's record: what a run writes

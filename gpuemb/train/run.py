@@ -28,6 +28,7 @@ from .optimizer import build_optimizer, build_scaler
 BATCH_SIZE = 4096  # the default; small data gets at most a tenth of its training rows
 SYNTHETIC_ROWS = 1 << 22  # synthetic training rows unless --train-rows says; not from --steps, so a resume fits
 MIN_STEPS = 100  # the default run on small files: one epoch, but at least this many steps
+COLLAPSED_AUC, COLLAPSED_LOG_LOSS = 0.55, 2 * math.log(2)  # an eval below the one and above the other: collapsed
 
 
 class Reporter:
@@ -136,6 +137,7 @@ class Run:
         self.eval_every = config.output.eval_every or max(1, self.total_steps // 4)
         self.window = []  # losses of the steps since the last train record
         self.crossings = []  # each of those steps' host-device transfers and syncs: (this thread's, all threads')
+        self.warned_collapse = False  # collapse_warning tells once
         self.last_checkpoint = None
 
     @property
@@ -198,6 +200,18 @@ class Run:
         self.window = list(state["loop"]["window"])
         self.last_checkpoint = folder
         return folder
+
+    def collapse_warning(self, record):
+        """A warning, the first time an eval shows the model collapsed: it ranks no better than chance and its
+        log-loss is worse than predicting 0.5 for every row twice over, so its predictions are saturated (what a
+        learning rate far too high does: the loss stays finite, so no divergence check fires). None otherwise."""
+        auc, log_loss = record.get("auc"), record.get("log_loss")
+        if self.warned_collapse or auc is None or log_loss is None or not (auc < COLLAPSED_AUC and
+                                                                           log_loss > COLLAPSED_LOG_LOSS):
+            return None
+        self.warned_collapse = True
+        return (f"the model collapsed by step {record['step']}: eval AUC {auc:.4f} is chance and log-loss "
+                f"{log_loss:.4f} is over twice that of predicting 0.5 everywhere ({math.log(2):.4f}); {self.advice()}")
 
     def advice(self):
         """What to try after a divergence, and where the last good checkpoint is."""
@@ -264,6 +278,8 @@ def train(config, reporter=None, comm=None):
             run.resume()
         log = MetricsLog(config.output.metrics_out if lead else None, run.step if config.checkpoints.resume else None)
 
+        run.warned_collapse = any(r["kind"] == "warning" for r in log.records)  # a resume does not say it again
+
         def write(record):
             log.write(record)
             reporter.record(record)
@@ -290,6 +306,9 @@ def train(config, reporter=None, comm=None):
                     busy, timed = 0.0, 0
                 if step % run.eval_every == 0:
                     write(run.eval_record())
+                    warning = run.collapse_warning(log.records[-1])
+                    if warning:
+                        write({"kind": "warning", "step": step, "message": warning})
                 if config.checkpoints.checkpoint_dir and (last or config.checkpoints.checkpoint_every and step % config.checkpoints.checkpoint_every == 0):
                     write({"kind": "checkpoint", "step": step, "path": run.save_checkpoint()})
                 if last and run.window:  # after the checkpoint, which keeps the window for the next record
