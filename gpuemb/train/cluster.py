@@ -107,11 +107,12 @@ class Cluster:
         return model
 
     def _deterministic(self, model, collections, batch_size):
+        """Step in ``--deterministic``'s slices: undivided row gradients, dense gradients added in slice order."""
         for c in collections:
             if c.coupled:
-                raise ConfigError(f"--deterministic: table {c.coupled[0][0]} is split by columns under rowwise_adagrad, "
-                                  "whose shards add their squared-gradient sums in rank order; use --sharding table "
-                                  "or row, or another --embedding-optimizer")
+                raise ConfigError(f"--deterministic: table {c.coupled[0][0]} is split by columns under "
+                                  "rowwise_adagrad, whose shards add their squared-gradient sums in rank order; use "
+                                  "--sharding table or row, or another --embedding-optimizer")
             c.rank_mean = False  # the slices' losses are already the global batch's
         self._dense = SliceGradients(model.parameters(), self.comm)
         self.slices = Slices(self.deterministic, batch_size, self.comm, self._dense)

@@ -75,6 +75,7 @@ def test_one_two_and_four_ranks_train_the_same_bits(extra, rng, tmp_path, launch
 @pytest.mark.parametrize("n, flags, says", [
     (2, ["--deterministic", "3", "--batch-size", "36"], "--deterministic: 3 micro-slices do not split over 2 ranks"),
     (1, ["--batch-size", "30"], "--batch-size: 30 samples do not split into the 4 micro-slices of --deterministic"),
+    (2, ["--sharding", "column"], "--deterministic: table embeddings is split by columns under rowwise_adagrad"),
 ])
 def test_a_launch_it_cannot_make_deterministic_exits_2_with_one_line_per_rank(n, flags, says, launch):
     out = launch(n, *TINY, *flags)
