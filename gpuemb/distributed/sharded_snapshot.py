@@ -62,8 +62,25 @@ def save_sharded(collection, prefix, meta=None, wrap=None):
 def _whole(snap):
     """The ``"sharded"`` meta of a save of one rank, for a snapshot of whole tables that ``save_sharded`` did not
     write (``store.snapshot.save_snapshot`` in one process)."""
-    shards = {n: {"kind": "table", "cols": [0, t.config["dim"]], "dim": t.config["dim"]} for n, t in snap.tables.items()}
+    shards = {n: {"kind": "table", "cols": [0, t.config.get("dim")], "dim": t.config.get("dim")}
+              for n, t in snap.tables.items()}
     return {"id": f"whole:{snap.path}", "rank": 0, "world_size": 1, "shards": shards}
+
+
+def _is_count(v, low=0):
+    return type(v) is int and v >= low
+
+
+def _check_mark(path, m):
+    """SnapshotError unless ``m``, a file's ``"sharded"`` meta, has the fields and types ``save_sharded`` writes."""
+    ok = isinstance(m, dict) and isinstance(m.get("id"), str) and _is_count(m.get("world_size"), 1) \
+        and _is_count(m.get("rank")) and m["rank"] < m["world_size"] and isinstance(m.get("shards"), dict)
+    ok = ok and all(isinstance(i, dict) and isinstance(i.get("kind"), str) and _is_count(i.get("dim"), 1)
+                    and isinstance(i.get("cols"), list) and len(i["cols"]) == 2 and all(map(_is_count, i["cols"]))
+                    and i["cols"][0] < i["cols"][1] <= i["dim"] for i in m["shards"].values())
+    if not ok:
+        raise SnapshotError(f"{path}: its meta's 'sharded' ({str(m)[:80]}) is not what save_sharded writes; the "
+                            "file is corrupt, so write the snapshot again")
 
 
 def _open_save(paths):
@@ -77,6 +94,7 @@ def _open_save(paths):
         if not m:
             raise SnapshotError(f"{s.path}: not a shard of a sharded save (its meta has no 'sharded'); pass the "
                                 "files save_sharded wrote")
+        _check_mark(s.path, m)
     first = marks[0]
     ranks = sorted(m["rank"] for m in marks)
     if any(m["id"] != first["id"] for m in marks) or ranks != list(range(first["world_size"])):

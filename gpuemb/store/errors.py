@@ -11,3 +11,8 @@ class StoreFullError(StoreError):
 
 class RowStateError(StoreError):
     """A row id was freed twice, or was never handed out by this allocator."""
+
+
+class SsdFileError(StoreError):
+    """The SSD tier's file cannot be used: another run holds it, or the disk refused a write (full, too large for
+    the file system, failing). The message names the file and what to do."""

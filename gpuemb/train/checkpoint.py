@@ -15,13 +15,19 @@ A checkpoint is a folder ``<checkpoint-dir>/step-<N>`` of these files:
 One writer serves every world size: rank 0 makes a temporary folder beside the target, every rank writes its
 tables' files into it, then rank 0 the state and the manifest, fsyncs, renames the folder into place, and only
 then does ``<checkpoint-dir>/latest`` (a one-line file, replaced atomically) name it; if any rank fails, every
-rank raises and the folder is removed. A run killed at any moment leaves ``latest`` naming a complete checkpoint.
-A checkpoint loads into any world size: whole tables or shards, each rank takes the keys its plan gives it. Loading checks the manifest, the sizes and checksums of
-all the files before it changes anything, and raises :class:`CheckpointError` naming the file that is wrong.
+rank raises and the folder is removed; a write that fails (a full disk) is one CheckpointError naming the
+folder and the file. A run killed at any moment leaves ``latest`` naming a complete checkpoint, and leftovers that
+the next run clears (``checkpoint_dir``).
+A checkpoint loads into any world size: whole tables or shards, each rank takes the keys its plan gives it. Loading
+checks the manifest, the sizes and checksums of all the files and the type of every attribute before it changes
+anything, and raises :class:`CheckpointError` naming the file that is wrong. A resume from a checkpoint dir that
+finds its newest checkpoint incomplete or corrupt says so and takes the newest one before it that checks out.
 """
+import errno
 import json
 import os
 import shutil
+import sys
 import uuid
 import zlib
 from datetime import datetime, timezone
@@ -34,13 +40,17 @@ from gpuemb.distributed import ShardedEmbeddingCollection, load_sharded, load_sh
 from gpuemb.store.collection import EmbeddingCollection
 from gpuemb.autograd.plain import plain
 from gpuemb.store.snapshot import SnapshotError, fsync, save_snapshot
+from gpuemb.store.snapshot.format import parse_json
+from gpuemb.store.snapshot.output import H5Output
 
 from .config import flag, resume_differences
+from .checkpoint_dir import LATEST, MANIFEST, STEP, latest_name, remove_folder, step_folders
 from .errors import CheckpointError, DivergedError, ResumeError
 from .model import collections_of, embedding_tables
 
 FORMAT, VERSION = "gpuemb-checkpoint", 1
-STATE, EMBEDDINGS, MANIFEST, LATEST = "state.h5", "embeddings.h5", "manifest.json", "latest"
+STATE, EMBEDDINGS = "state.h5", "embeddings.h5"
+FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # the errors of a disk without room
 
 
 def _crc32(path):
@@ -59,7 +69,8 @@ def _body_crc(body):
 def write_state(path, state):
     """``state.h5`` from the trainer's and loop's state dicts."""
     optimizer = state["trainer"]["optimizer"]
-    with h5py.File(path, "w") as f:
+    with H5Output(path) as out:
+        f = out.file
         f.attrs["format"], f.attrs["version"] = FORMAT + "-state", VERSION
         for name, value in state["trainer"]["model"].items():
             f.create_dataset(f"model/{name}", data=value)
@@ -67,6 +78,7 @@ def write_state(path, state):
             for key, value in arrays.items():
                 if key != "step":
                     f.create_dataset(f"optimizer/{name}/{key}", data=value)
+            out.check()
         scalars = {"rule": optimizer["rule"], "schedule": optimizer["schedule"], "step_count":
                    optimizer["step_count"], "steps": {n: a["step"] for n, a in optimizer["params"].items()}}
         trainer = {"step": state["trainer"]["step"], "samples": state["trainer"]["samples"], **state["loop"]}
@@ -123,7 +135,7 @@ def publish(directory, name, final, tmp, keep):
         old = os.path.join(directory, f".{name}.old-{uuid.uuid4().hex[:8]}")
         os.rename(final, old)
         os.rename(tmp, final)
-        shutil.rmtree(old)
+        shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, final)
     fsync(directory)
@@ -139,27 +151,42 @@ def save_checkpoint(directory, step, config, state, model, cluster, keep=2):
     """
     name, final, tmp = cluster.new_folder(directory, step, folder_names)
     try:
-        files, sharded = _write_tables(model, tmp, step, cluster)
-        error = None
-        if cluster.lead:
-            try:
-                write_state(os.path.join(tmp, STATE), state)
-                entries = {STATE: file_entry(os.path.join(tmp, STATE), crc=True)}
-                entries.update({f: file_entry(os.path.join(tmp, f)) for f in files})
-                write_manifest(tmp, step, config, entries, **({"sharded": sharded} if sharded else {}))
-                publish(directory, name, final, tmp, keep)
-            except Exception as e:  # raised below, once the other ranks know
-                error = e
-        if not cluster.everywhere(error is None):
-            if error is not None:
-                raise error
-            raise CheckpointError(f"rank 0 could not finish the checkpoint of step {step} in {directory} (its "
-                                  "error says why)")
+        try:
+            files, sharded = _write_tables(model, tmp, step, cluster)
+            error = None
+            if cluster.lead:
+                try:
+                    write_state(os.path.join(tmp, STATE), state)
+                    entries = {STATE: file_entry(os.path.join(tmp, STATE), crc=True)}
+                    entries.update({f: file_entry(os.path.join(tmp, f)) for f in files})
+                    write_manifest(tmp, step, config, entries, **({"sharded": sharded} if sharded else {}))
+                    publish(directory, name, final, tmp, keep)
+                except Exception as e:  # raised below, once the other ranks know
+                    error = e
+            if not cluster.everywhere(error is None):
+                if error is not None:
+                    raise error
+                raise CheckpointError(f"rank 0 could not finish the checkpoint of step {step} in {directory} (its "
+                                      "error says why)")
+        except (OSError, SnapshotError) as e:
+            raise CheckpointError(_not_written(directory, step, e)) from None
     except BaseException:
         if cluster.lead:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _not_written(directory, step, e):
+    """The line that says a checkpoint could not be written, what was kept, and what to do."""
+    kept = latest_name(directory)
+    kept = f"the last checkpoint, {os.path.join(directory, kept)}, is whole" if kept else "no checkpoint was kept"
+    if getattr(e, "errno", None) in FULL:
+        do = "free space on that disk (or pass a --checkpoint-dir on a larger one) and --resume from the last " \
+             "checkpoint"
+    else:
+        do = "check that the folder is writable, or pass another --checkpoint-dir"
+    return f"--checkpoint-dir {directory}: the checkpoint of step {step} could not be written ({e}); {kept}; {do}"
 
 
 def _write_tables(model, tmp, step, cluster):
@@ -188,38 +215,64 @@ def _point_latest(directory, name):
 
 
 def _prune(directory, keep, current):
-    done = sorted(n for n in os.listdir(directory) if n.startswith("step-")
-                  and os.path.isfile(os.path.join(directory, n, MANIFEST)))
+    done = [n for n in step_folders(directory)[::-1] if os.path.isfile(os.path.join(directory, n, MANIFEST))]
     for name in [n for n in done if n != current][:max(len(done) - keep, 0)]:
-        shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+        remove_folder(directory, name)
 
 
 # -- reading ---------------------------------------------------------------------------------------------------
-def resolve(path):
-    """The checkpoint folder ``path`` names: a checkpoint itself, or a checkpoint dir (its ``latest``)."""
+def resume_order(path):
+    """``(folders, fallback)``: the checkpoints a resume from ``path`` tries, best first, and whether it may go on
+    to the next when one does not check out: ``path`` is a checkpoint (tried alone), or a checkpoint dir (the one
+    its ``latest`` names, then the folders before it, newest first)."""
     path = os.fspath(path)
-    if os.path.isfile(os.path.join(path, MANIFEST)):
-        return path
-    latest = os.path.join(path, LATEST)
-    if os.path.isfile(latest):
-        with open(latest) as f:
-            name = f.read().strip()
-        target = os.path.join(path, name)
-        if not os.path.isfile(os.path.join(target, MANIFEST)):
-            raise CheckpointError(f"{latest}: names {name!r}, which is not a complete checkpoint; resume from "
-                                  "another step-* folder by its path")
-        return target
-    raise ResumeError(f"--resume: {path} holds no checkpoint (no {MANIFEST} and no {LATEST} file); give a "
-                      "step-* folder or the --checkpoint-dir of an earlier run")
+    if os.path.isfile(os.path.join(path, MANIFEST)) or STEP.fullmatch(os.path.basename(os.path.normpath(path))):
+        return [path], False
+    steps = step_folders(path) if os.path.isdir(path) else []
+    if not steps and not os.path.isfile(os.path.join(path, LATEST)):
+        raise ResumeError(f"--resume: {path} holds no checkpoint (no {MANIFEST} and no {LATEST} file); give a "
+                          "step-* folder or the --checkpoint-dir of an earlier run")
+    named = latest_name(path)
+    if named is not None:
+        steps = [named] + [n for n in steps if int(STEP.fullmatch(n)[1]) < int(STEP.fullmatch(named)[1])]
+    return [os.path.join(path, n) for n in steps], True
+
+
+def _warn(line):
+    print(f"warning: {line}", file=sys.stderr, flush=True)
+
+
+def find_resume(path, warn=_warn):
+    """``(folder, manifest body)`` of the checkpoint a resume from ``path`` takes (``resume_order``). From a
+    checkpoint dir, each checkpoint passed over (incomplete or corrupt) is one line through ``warn``; a
+    CheckpointError says when none checks out, or when the one checkpoint named does not."""
+    folders, fallback = resume_order(path)
+    if fallback and latest_name(path) is None:
+        problem = f"{os.path.join(path, LATEST)}: is missing or does not name a step-* folder"
+        if not folders:
+            raise CheckpointError(f"{problem}, and there is no checkpoint beside it; resume from a step-* folder "
+                                  "by its path")
+        warn(f"{problem}; resuming from the newest checkpoint there, {folders[0]}")
+    for i, folder in enumerate(folders):
+        try:
+            return folder, read_manifest(folder)
+        except CheckpointError as e:
+            if not fallback:
+                raise
+            if i + 1 == len(folders):
+                raise CheckpointError(f"--resume {path}: no checkpoint there checks out; the oldest: {e}") from None
+            warn(f"{e}; resuming from {folders[i + 1]}, the checkpoint before it")
 
 
 def read_manifest(folder):
     """The checked manifest body of the checkpoint in ``folder``; CheckpointError naming what is wrong."""
     path = os.path.join(folder, MANIFEST)
     try:
-        with open(path) as f:
-            doc = json.load(f)
+        with open(path, "rb") as f:
+            doc = parse_json(f.read(1 << 26).decode(), "its text")
         body = doc["body"]
+        if not isinstance(body, dict):
+            raise TypeError(f"its body is {type(body).__name__}, not a table")
         ok = _body_crc(body) == doc["crc32"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"{path}: cannot be read ({type(e).__name__}: {e}); the checkpoint is corrupt, "
@@ -234,7 +287,18 @@ def read_manifest(folder):
         if not isinstance(body.get(key), dict):
             raise CheckpointError(f"{path}: its {key!r} is {type(body.get(key)).__name__}, not a table; the "
                                   "manifest was not written by gpuemb, resume from another checkpoint")
+    sharded = body.get("sharded")
+    if type(body.get("step")) is not int or body["step"] < 0 or sharded is not None and not (
+            isinstance(sharded, dict) and type(sharded.get("world_size")) is int and sharded["world_size"] >= 1
+            and isinstance(sharded.get("collections"), list) and all(
+                isinstance(n, str) and os.path.basename(n) == n for n in sharded["collections"])):
+        raise CheckpointError(f"{path}: its step {body.get('step')!r} or sharded {sharded!r} is not what gpuemb "
+                              "writes; the manifest was not written by gpuemb, resume from another checkpoint")
     for name, want in body["files"].items():
+        if os.path.basename(name) != name or not isinstance(want, dict) or type(want.get("bytes")) is not int \
+                or type(want.get("crc32", 0)) is not int:
+            raise CheckpointError(f"{path}: its entry of file {name!r} is {want!r}, not the file's size and CRC32; "
+                                  "the manifest was not written by gpuemb, resume from another checkpoint")
         file = os.path.join(folder, name)
         if not os.path.isfile(file):
             raise CheckpointError(f"{file}: is missing; the checkpoint is incomplete, resume from another one")
@@ -257,26 +321,45 @@ def check_config(body, config, folder):
 
 
 def read_state(folder):
-    """The state dicts saved in ``state.h5`` (the structure ``save_checkpoint`` was given, without the tables)."""
+    """The state dicts saved in ``state.h5`` (the structure ``save_checkpoint`` was given, without the tables),
+    each attribute checked to be of the type written."""
     path = os.path.join(folder, STATE)
     try:
         with h5py.File(path, "r") as f:
+            attrs = {k: _json_attr(f, k, path) for k in ("optimizer", "module_state", "loader", "trainer")}
             model = {name: np.asarray(ds) for name, ds in _datasets(f["model"])}
-            scalars = json.loads(f.attrs["optimizer"])
-            params = {name: {"step": step} for name, step in scalars.pop("steps").items()}
+            scalars, trainer = attrs["optimizer"], attrs["trainer"]
+            steps = scalars.pop("steps", None)
+            _expect(isinstance(steps, dict) and all(type(v) is int for v in steps.values()), path, "optimizer",
+                    "its 'steps' must map each parameter to an integer")
+            params = {name: {"step": step} for name, step in steps.items()}
             if "optimizer" in f:
                 for name, ds in _datasets(f["optimizer"]):
                     param, key = name.rsplit("/", 1)
                     params[param][key] = np.asarray(ds)
-            trainer = json.loads(f.attrs["trainer"])
-            state = {"trainer": {"model": model, "module_state": json.loads(f.attrs["module_state"]),
+            _expect(all(type(trainer.get(k)) is int and trainer[k] >= 0 for k in ("step", "samples"))
+                    and isinstance(trainer.get("window"), list)
+                    and all(type(v) in (int, float) for v in trainer["window"]), path, "trainer",
+                    "its 'step' and 'samples' must be counts and its 'window' a list of losses")
+            state = {"trainer": {"model": model, "module_state": attrs["module_state"],
                                  "optimizer": {**scalars, "params": params}, "step": trainer.pop("step"),
                                  "samples": trainer.pop("samples")},
-                     "loader": json.loads(f.attrs["loader"]), "loop": trainer}
-    except (OSError, KeyError, ValueError) as e:
+                     "loader": attrs["loader"], "loop": trainer}
+    except (OSError, KeyError, ValueError, TypeError, AttributeError, RecursionError) as e:
         raise CheckpointError(f"{path}: cannot be read ({type(e).__name__}: {e}); the checkpoint is corrupt, "
                               "resume from another one") from None
     return state
+
+
+def _json_attr(f, name, path):
+    value = f.attrs[name]
+    return parse_json(value.decode() if isinstance(value, bytes) else value, f"{path}: attribute {name!r}")
+
+
+def _expect(ok, path, name, what):
+    if not ok:
+        raise CheckpointError(f"{path}: attribute {name!r} is not what gpuemb writes: {what}; the checkpoint is "
+                              "corrupt, resume from another one")
 
 
 def _datasets(group, prefix=""):

@@ -174,8 +174,16 @@ def read_file(path):
                           ".json") from None
     except (ValueError, UnicodeDecodeError) as e:  # json.JSONDecodeError and tomllib.TOMLDecodeError
         raise ConfigError(f"--config {path}: is not valid {ext[1:].upper()}: {e}") from None
+    except RecursionError:  # both parsers recurse per level of brackets
+        raise ConfigError(f"--config {path}: nests lists or tables too deeply to read; a config needs a level or "
+                          "two") from None
     if not isinstance(values, dict):
         raise ConfigError(f"--config {path}: holds a {type(values).__name__}; write a table of key = value")
+    for key, value in values.items():  # TOML's dates and times, which a checkpoint's JSON could not record
+        try:
+            plain(value, f"--config {path}: {key}")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     return values
 
 

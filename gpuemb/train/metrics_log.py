@@ -10,10 +10,14 @@ Every record has ``kind`` and ``step`` (steps trained when it was written):
 
 ``TIMING`` names the fields that measure time; the others are the same, bit for bit, in a run and in the same
 run stopped and resumed. A resumed run first cuts the file back to its checkpoint's record: what a run writes
-after its checkpoint (the last train record of its final step) is not part of the longer run.
+after its checkpoint (the last train record of its final step) is not part of the longer run. A last line that a
+hard kill cut short (no newline, or not JSON) was never a record: a resume drops it and says so on stderr.
 """
 import json
 import os
+import sys
+
+from .errors import ResumeError
 
 TIMING = ("samples_per_s", "eval_s")
 
@@ -26,7 +30,11 @@ class MetricsLog:
         if path is None:
             return
         if resume_step is not None and os.path.exists(path):
-            self.records = _up_to_checkpoint(read_metrics(path), resume_step)
+            try:
+                records = read_metrics(path, torn_tail=True)
+            except ValueError as e:
+                raise ResumeError(f"--metrics-out {e}; move the file away or pass another --metrics-out") from None
+            self.records = _up_to_checkpoint(records, resume_step)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in self.records)
@@ -44,16 +52,30 @@ def _up_to_checkpoint(records, step):
     return records[:marks[-1] + 1] if marks else [r for r in records if r["step"] < step]
 
 
-def read_metrics(path):
-    """The records of a metrics file; a line that is not JSON raises ValueError naming it."""
-    records = []
-    with open(path) as f:
-        for i, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{i}: not a JSON line ({e})") from None
+def read_metrics(path, torn_tail=False):
+    """The records of a metrics file; a line that is not a JSON record raises ValueError naming the file and the
+    line. ``torn_tail``: a last line without its newline, or not JSON, is dropped with a warning on stderr."""
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    records, end = [], max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
+    for i, line in enumerate(lines, 1):
+        last = i == end
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not (isinstance(record, dict) and isinstance(record.get("kind"), str)
+                    and type(record.get("step")) is int):
+                raise ValueError("a record needs a 'kind' and a 'step'")
+            if torn_tail and last and i == len(lines):  # no newline after it: the write was cut short
+                raise ValueError("no newline at its end")
+        except (ValueError, RecursionError) as e:
+            if torn_tail and last:
+                print(f"warning: {path}:{i}: the last line was cut short ({e}); it is dropped", file=sys.stderr,
+                      flush=True)
+                break
+            raise ValueError(f"{path}:{i}: not a JSON record ({e})") from None
+        records.append(record)
     return records
 
 

@@ -13,11 +13,12 @@ from gpuemb.autograd import backend, transfers
 from gpuemb.io.loader import Loader, LoaderConfig
 
 from . import checkpoint as ckpt
+from . import checkpoint_dir
 from . import recipes
 from .cluster import Cluster
 from .config import check_precision, flatten
 from .data import open_data, uses_synthetic
-from .errors import ConfigError, DivergedError, ResumeError
+from .errors import CheckpointError, ConfigError, DivergedError, ResumeError
 from .evaluate import evaluate
 from .loop import Pipeline, Trainer, non_finite
 from .metrics_log import MetricsLog
@@ -59,18 +60,40 @@ class Run:
         config = recipes.apply(config, uses_synthetic(config) if data is None else data.synthetic)
         check_precision(config.optimization.precision, backend.DEVICE)  # before building anything
         self.config, self.checkpoint, self.cluster = config, None, Cluster.of(comm, config)
+        self._lock = self._claim_checkpoint_dir()
         c = config.checkpoints
-        if c.resume:
-            folder = ckpt.resolve(c.checkpoint_dir if c.resume == "latest" else c.resume)
-            body = ckpt.read_manifest(folder)
-            ckpt.check_config(body, config, folder)
-            self.checkpoint, self.manifest = (folder, flatten(body["config"])), body
+        try:
+            if c.resume:
+                warn = ckpt._warn if self.cluster.lead else lambda line: None
+                folder, body = ckpt.find_resume(c.checkpoint_dir if c.resume == "latest" else c.resume, warn)
+                ckpt.check_config(body, config, folder)
+                self.checkpoint, self.manifest = (folder, flatten(body["config"])), body
+        except BaseException:
+            self._lock.release()
+            raise
         self._tmp = tempfile.TemporaryDirectory(prefix="gpuemb-train-")
         try:
             self._build(config, data)
         except BaseException:
             self.close()
             raise
+
+    def _claim_checkpoint_dir(self):
+        """Rank 0 locks ``--checkpoint-dir`` for this run and clears what dead runs left there; every rank raises
+        if that fails (another run holds it)."""
+        directory, lock, error = self.config.checkpoints.checkpoint_dir, checkpoint_dir.DirLock(None), None
+        if directory and self.cluster.lead:
+            try:
+                lock = checkpoint_dir.DirLock(directory)
+                checkpoint_dir.clear_leftovers(directory)
+            except (CheckpointError, OSError) as e:
+                lock.release()
+                error = e if isinstance(e, CheckpointError) else CheckpointError(
+                    f"--checkpoint-dir {directory}: cannot be prepared ({e}); pass a writable folder")
+        if directory and not self.cluster.everywhere(error is None):
+            raise error or CheckpointError(f"--checkpoint-dir {directory}: rank 0 could not take it for this run "
+                                           "(its error says why)")
+        return lock
 
     def _build(self, config, data):
         batch = config.optimization.batch_size or BATCH_SIZE
@@ -93,7 +116,13 @@ class Run:
             ssd_dir = config.store.ssd_dir or os.path.join(self._tmp.name, "ssd")
             if self.cluster.world_size > 1:  # ranks on one host must not share a file
                 ssd_dir = os.path.join(ssd_dir, f"rank{self.cluster.rank}")
-            os.makedirs(ssd_dir, exist_ok=True)
+            try:
+                os.makedirs(ssd_dir, exist_ok=True)
+                tempfile.TemporaryFile(dir=ssd_dir).close()  # a read-only folder or disk: now, not at the first slab
+            except OSError as e:
+                why = "a file of that name is there" if isinstance(e, FileExistsError) else e.strerror or e
+                raise ConfigError(f"--ssd-dir {ssd_dir}: the tables' files cannot be written there ({why}); pass "
+                                  "a folder this user can write") from None
         # A resume may change the learning rates, but a table is restored into the config it was saved with;
         # the trainer sets the tables' lr at every step anyway.
         saved_lr = self.checkpoint[1]["embedding_lr"] if self.checkpoint else config.optimization.embedding_lr
@@ -156,10 +185,16 @@ class Run:
         except ValueError as e:  # the schedule's settings: its length follows --steps
             raise ResumeError(f"--resume {folder}: {e}. A schedule that decays to the last step changes with "
                               "--steps: pin its length with --decay-steps") from None
+        except (TypeError, KeyError, AttributeError, IndexError) as e:  # a state.h5 that checks out but is not ours
+            raise CheckpointError(f"{os.path.join(folder, ckpt.STATE)}: its trainer state does not fit this run "
+                                  f"({type(e).__name__}: {e}); resume from another checkpoint") from None
         try:
             self.batches.load_state_dict(state["loader"])
         except ValueError as e:
             raise ResumeError(f"--resume {folder}: {e}") from None
+        except (TypeError, KeyError, AttributeError, IndexError) as e:
+            raise CheckpointError(f"{os.path.join(folder, ckpt.STATE)}: its loader position does not fit this run "
+                                  f"({type(e).__name__}: {e}); resume from another checkpoint") from None
         self.window = list(state["loop"]["window"])
         self.last_checkpoint = folder
         return folder
@@ -209,6 +244,7 @@ class Run:
         return record
 
     def close(self):
+        self._lock.release()
         for table in self.tables.values() if hasattr(self, "tables") else ():
             table.close()
         if hasattr(self, "data"):

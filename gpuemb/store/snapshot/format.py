@@ -2,12 +2,13 @@
 and checkpoints"), and what a writer and a reader of it share.
 
 A snapshot is plain HDF5 (docs/store.md, "Snapshot format"). File attributes: ``format`` = "gpuemb-snapshot",
-``version`` = 1, ``id`` (a fresh hex id), ``kind`` ("full" or "incremental"), ``base`` (the id an incremental
-applies on, "" for a full one), ``created`` (UTC, ISO 8601) and ``meta`` (JSON). Each table is a group
-``/tables/<name>`` with attributes ``config`` and ``layout`` (JSON: ``{part: [start, stop]}`` of the row columns,
-weights first), ``part_dtypes`` (JSON: ``{part: dtype}``, what each part's columns read as: a float16 table keeps
-float32 state as pairs of 16-bit columns, see ``row_format.py``), ``n_rows``, ``chunk_rows`` and ``has_steps``,
-and these datasets, all but ``checksums`` chunked by ``chunk_rows`` rows:
+``version`` = 2, ``id`` (a fresh hex id), ``kind`` ("full" or "incremental"), ``base`` (the id an incremental
+applies on, "" for a full one), ``created`` (UTC, ISO 8601), ``meta`` (JSON) and ``attrs_crc32``, the CRC32 of
+every other attribute of the file and its tables (``attrs_crc``; version 1, which had none, still reads). Each
+table is a group ``/tables/<name>`` with attributes ``config`` and ``layout`` (JSON: ``{part: [start, stop]}`` of
+the row columns, weights first), ``part_dtypes`` (JSON: ``{part: dtype}``, what each part's columns read as: a
+float16 table keeps float32 state as pairs of 16-bit columns, see ``row_format.py``), ``n_rows``, ``chunk_rows``
+and ``has_steps``, and these datasets, all but ``checksums`` chunked by ``chunk_rows`` rows:
 
 ========= ============== ===================== ===================================================
 dataset   dtype          shape                 holds
@@ -23,16 +24,63 @@ the bytes of exactly those rows in C order. The file is written beside its targe
 renamed over it, so the target is always a whole snapshot; a temp file left by a killed process is named
 ``.<name>.tmp-*``. Readers check the structure when opening and every chunk's checksums as they read it.
 """
+import json
+import zlib
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from gpuemb.store.errors import StoreError
 
-FORMAT, VERSION = "gpuemb-snapshot", 1
+FORMAT, VERSION = "gpuemb-snapshot", 2
+READS = (1, 2)  # the versions a reader takes: 1 lacks the attributes' checksum
 PARTS = ("keys", "rows", "steps")
+ATTRS_CRC = "attrs_crc32"
+MAX_DEPTH = 32  # of the JSON in a file's attributes: configs are a few levels deep, and deeper ones crash parsers
 
 
 class SnapshotError(StoreError):
     """A snapshot is missing, of another format, truncated or corrupt, or does not fit its chain."""
+
+
+def parse_json(text, what, kind=dict):
+    """``text`` parsed as JSON that must be a ``kind`` nested at most ``MAX_DEPTH`` deep; a ValueError says what is
+    wrong with ``what`` (the file and the attribute)."""
+    if not isinstance(text, str):
+        raise ValueError(f"{what} is {type(text).__name__}, not JSON text")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{what} is JSON nested too deeply") from None
+    except ValueError as e:
+        raise ValueError(f"{what} is not JSON ({e})") from None
+    if not isinstance(value, kind):
+        raise ValueError(f"{what} is a JSON {type(value).__name__}, not a {kind.__name__}")
+    level = [value]
+    for _ in range(MAX_DEPTH):
+        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x if isinstance(x, list) else ())]
+    if level:
+        raise ValueError(f"{what} is JSON nested more than {MAX_DEPTH} deep")
+    return value
+
+
+def _plain_attr(v):
+    """An attribute as the checksum sees it: text, a number or a flag, or for anything else its type (which no
+    writer writes, so the reader refuses it anyway)."""
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, (str, bool, int, float, np.bool_, np.integer, np.floating)):
+        return v.item() if isinstance(v, np.generic) else v
+    return f"<{type(v).__name__}>"
+
+
+def attrs_crc(f):
+    """CRC32 of the canonical JSON of every attribute of the open snapshot ``f`` and of its tables' groups, but
+    ``ATTRS_CRC`` itself."""
+    def attrs(obj):
+        return {k: _plain_attr(v) for k, v in obj.attrs.items() if k != ATTRS_CRC}
+    doc = {"file": attrs(f), "tables": {name: attrs(g) for name, g in f["tables"].items()}}
+    return zlib.crc32(json.dumps(doc, sort_keys=True).encode())
 
 
 def layout_spans(layout, where):

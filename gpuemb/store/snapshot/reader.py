@@ -9,9 +9,11 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
-from .format import FORMAT, PARTS, VERSION, SnapshotError, TableSnapshot
+from .format import ATTRS_CRC, FORMAT, PARTS, READS, SnapshotError, TableSnapshot, attrs_crc, layout_spans, \
+    parse_json
 
 _RESTORE = "restore from another snapshot or write this one again"
+HDF5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, RecursionError)  # what h5py raises on a corrupt file
 
 
 @contextmanager
@@ -21,7 +23,7 @@ def _open(path):
         raise SnapshotError(f"{path}: no such snapshot file; check the path")
     try:
         f = h5py.File(path, "r")
-    except OSError as e:
+    except (OSError, RuntimeError) as e:
         raise SnapshotError(f"{path}: cannot be opened as HDF5 ({e}); the file is truncated or corrupt, "
                             f"so {_RESTORE}") from None
     with f:
@@ -69,14 +71,18 @@ class SnapshotTable(_Rows):
 
     def _read(self, parts):
         with _open(self.path) as f:
-            g = f["tables"][self.name]
-            sums = g["checksums"][...]
+            try:
+                g = f["tables"][self.name]
+                sums = g["checksums"][...]
+            except HDF5_ERRORS as e:
+                raise SnapshotError(f"{self.path}: table {self.name!r}: its checksums cannot be read ({e}); the file "
+                                    f"is truncated or corrupt, so {_RESTORE}") from None
             for i, a in enumerate(range(0, self.n_rows, self.chunk_rows)):
                 b = min(a + self.chunk_rows, self.n_rows)
                 where = f"{self.path}: table {self.name!r}, chunk {i} (rows {a}:{b})"
                 try:
                     got = [g[p][a:b] for p in parts]
-                except (OSError, ValueError, KeyError) as e:
+                except HDF5_ERRORS as e:
                     raise SnapshotError(f"{where} cannot be read ({e}); the file is truncated or corrupt, "
                                         f"so {_RESTORE}") from None
                 for j, (p, arr) in enumerate(zip(parts, got)):
@@ -103,24 +109,56 @@ class Snapshot:
         return self.kind == "incremental"
 
 
-def _attr(obj, name, where):
+def _attr(obj, name, where, kind=str):
+    """Attribute ``name`` of ``obj``, checked to be a ``kind``: str, int (at least 0) or bool."""
     if name not in obj.attrs:
         raise SnapshotError(f"{where}: attribute {name!r} is missing, so this is not a complete gpuemb snapshot; "
                             f"{_RESTORE}")
     v = obj.attrs[name]
-    return v.decode() if isinstance(v, bytes) else v
+    v = v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+    v = v.item() if isinstance(v, (np.bool_, np.integer)) else v
+    if type(v) is not kind or (kind is int and v < 0):  # a bool is an int to isinstance
+        raise SnapshotError(f"{where}: attribute {name!r} is {_shown(v)}, not a{' non-negative' * (kind is int)} "
+                            f"{kind.__name__}; the snapshot is corrupt, so {_RESTORE}")
+    return v
+
+
+def _shown(v):
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _json(obj, name, where, kind=dict):
+    try:
+        return parse_json(_attr(obj, name, where), f"{where}: attribute {name!r}", kind)
+    except ValueError as e:
+        raise SnapshotError(f"{e}; the snapshot is corrupt, so {_RESTORE}") from None
 
 
 def _table(f, path, name, verify):
     where = f"{path}: table {name!r}"
     g = f["tables"][name]
-    for p in ("keys", "rows", "checksums") + (("steps",) if _attr(g, "has_steps", where) else ()):
-        if p not in g:
+    if not isinstance(g, h5py.Group):
+        raise SnapshotError(f"{where}: is not a group; the snapshot is corrupt, so {_RESTORE}")
+    for p in ("keys", "rows", "checksums") + (("steps",) if _attr(g, "has_steps", where, bool) else ()):
+        if not isinstance(g.get(p), h5py.Dataset):
             raise SnapshotError(f"{where}: dataset {p!r} is missing; {_RESTORE}")
-    layout = json.loads(_attr(g, "layout", where))
-    n, c = int(_attr(g, "n_rows", where)), int(_attr(g, "chunk_rows", where))
-    t = SnapshotTable(path, name, json.loads(_attr(g, "config", where)), layout, n, c, g["rows"].dtype,
-                      g["steps"].dtype if "steps" in g else None, verify)
+    try:
+        layout = layout_spans(_json(g, "layout", where), where)
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        raise SnapshotError(f"{where}: attribute 'layout' is wrong ({e}); {_RESTORE}") from None
+    n, c = _attr(g, "n_rows", where, int), _attr(g, "chunk_rows", where, int)
+    if c < 1:
+        raise SnapshotError(f"{where}: attribute 'chunk_rows' is {c}, not positive; the snapshot is corrupt, "
+                            f"so {_RESTORE}")
+    dtypes = {p: g[p].dtype for p in PARTS if p in g}
+    steps = dtypes.get("steps", np.dtype(np.int32))
+    if dtypes["keys"].kind not in "iu" or dtypes["rows"].kind != "f" or steps.kind not in "iu" \
+            or g["checksums"].dtype != np.uint32:
+        raise SnapshotError(f"{where}: dataset dtypes {dtypes}, checksums {g['checksums'].dtype}: keys and steps "
+                            f"must be integers, rows floats, checksums uint32; {_RESTORE}")
+    t = SnapshotTable(path, name, _json(g, "config", where), layout, n, c, dtypes["rows"], dtypes.get("steps"),
+                      verify)
     want = {"keys": (n,), "rows": (n, t.width), "steps": (n,), "checksums": (-(-n // c), 3)}
     for p, shape in want.items():
         if p in g and g[p].shape != shape:
@@ -137,16 +175,21 @@ def read_snapshot(path, verify=True):
             if _attr(f, "format", path) != FORMAT:
                 raise SnapshotError(f"{path}: format is {_attr(f, 'format', path)!r}, not {FORMAT!r}; "
                                     "this file is not a gpuemb snapshot")
-            if int(_attr(f, "version", path)) != VERSION:
-                raise SnapshotError(f"{path}: snapshot version {_attr(f, 'version', path)}, but this gpuemb reads "
-                                    f"version {VERSION}; read it with the gpuemb that wrote it")
+            version = _attr(f, "version", path, int)
+            if version not in READS:
+                raise SnapshotError(f"{path}: snapshot version {version}, but this gpuemb reads version "
+                                    f"{' or '.join(map(str, READS))}; read it with the gpuemb that wrote it")
             kind = _attr(f, "kind", path)
-            if kind not in ("full", "incremental") or "tables" not in f:
+            if kind not in ("full", "incremental") or not isinstance(f.get("tables"), h5py.Group):
                 raise SnapshotError(f"{path}: kind {kind!r} or the /tables group is wrong; {_RESTORE}")
             tables = {name: _table(f, path, name, verify) for name in f["tables"]}
-            return Snapshot(path, _attr(f, "id", path), kind, _attr(f, "base", path) or None,
-                            _attr(f, "created", path), json.loads(_attr(f, "meta", path)), tables)
-        except (OSError, KeyError, ValueError, TypeError) as e:
+            snap = Snapshot(path, _attr(f, "id", path), kind, _attr(f, "base", path) or None,
+                            _attr(f, "created", path), _json(f, "meta", path), tables)
+            if version > 1 and _attr(f, ATTRS_CRC, path, int) != attrs_crc(f):
+                raise SnapshotError(f"{path}: the checksum of its attributes does not match them; the snapshot is "
+                                    f"corrupt, so {_RESTORE}")
+            return snap
+        except HDF5_ERRORS + (TypeError,) as e:
             raise SnapshotError(f"{path}: cannot be read ({type(e).__name__}: {e}); the file is corrupt, "
                                 f"so {_RESTORE}") from None
 

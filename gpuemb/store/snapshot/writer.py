@@ -8,14 +8,14 @@ from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from itertools import chain
 
-import h5py
 import numpy as np
 
 from gpuemb.autograd.backend import to_host
 
 from gpuemb.autograd.plain import plain
 
-from .format import FORMAT, PARTS, VERSION, layout_spans
+from .format import ATTRS_CRC, FORMAT, PARTS, VERSION, attrs_crc, layout_spans
+from .output import H5Output
 
 
 class _TableWriter:
@@ -114,11 +114,12 @@ def write_snapshot(path, tables, incremental=False, base=None, meta=None, chunk_
     snapshot_id = uuid.uuid4().hex
     with _atomic(path) as tmp:
         try:
-            f = h5py.File(tmp, "w")
+            out = H5Output(tmp, path)
         except OSError as e:
-            raise OSError(f"write_snapshot: cannot create {tmp} ({e}); pass a path in a writable folder that exists") \
-                from None
-        with f:
+            raise OSError(e.errno, f"write_snapshot: cannot create {tmp} ({e.strerror}); pass a path in a writable "
+                                   "folder that exists") from None
+        with out:
+            f = out.file
             a = f.attrs
             a["format"], a["version"], a["id"] = FORMAT, VERSION, snapshot_id
             a["kind"], a["base"] = ("incremental", base) if incremental else ("full", "")
@@ -134,5 +135,7 @@ def write_snapshot(path, tables, incremental=False, base=None, meta=None, chunk_
                 writer = _TableWriter(group, name, table, first, chunk_rows)
                 for piece in chain([first], pieces):
                     writer.append(*piece)
+                    out.check()  # a full disk stops the writing here, not at the end
                 writer.close()
+            a[ATTRS_CRC] = attrs_crc(f)
     return snapshot_id

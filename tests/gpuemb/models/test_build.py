@@ -187,4 +187,4 @@ def test_first_order_tables_follow_the_configs(name, make_tables, tmp_path, rng)
     assert linear.options.ssd_path == str(tmp_path / "t0.linear.h5") and linear.rule == configs[0].rule
     with no_grad():
         model(*batch(rng))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["t0.h5", "t0.linear.h5"]
+    assert sorted(p.name for p in tmp_path.glob("*.h5")) == ["t0.h5", "t0.linear.h5"]
