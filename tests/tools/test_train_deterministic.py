@@ -29,7 +29,7 @@ def outcome(folder):
     metrics = [{k: v for k, v in r.items() if not k.endswith("_s") and k not in ("transfers", "transfers_ahead",
                                                                                  "comm_bytes_per_step", "path")}
                for r in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines())]
-    step = ckpt.resolve(folder / "ckpt")
+    step, _ = ckpt.find_resume(folder / "ckpt")
     weights = ckpt.read_state(step)["trainer"]["model"]
     tables = {}
     for path in sorted(Path(step).glob("embeddings*.h5")):
