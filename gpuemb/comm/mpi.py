@@ -7,11 +7,14 @@ timeout, and aborts every rank. Creating the communicator installs an excepthook
 exception's traceback and aborts every rank too, so the others exit within a second instead of waiting in their
 next collective.
 
-Why ``Wait`` under a watchdog and not a loop polling ``Test``: MPI's own wait spins or yields as the machine
-needs and releases the GIL for other threads (the batch prefetcher). Measured on 2 cores, 1 MiB alltoallv: polling
-with sleeps of up to 1 ms took 78 ms against 0.5 ms for ``Wait``; a busy ``Test`` loop matched ``Wait`` on 2 ranks
-but took 8.5 ms against 1.2 ms on 3 ranks sharing the 2 cores.
+How a rank waits (``settle``): MPICH's own ``Wait`` spins, so a rank waiting on a hung peer burnt a core for the
+whole timeout (3.0 s of CPU in a 3 s wait, measured). ``settle`` polls ``Test``, yielding the core between polls,
+for 20 ms plus the time the op's bytes take at 100 MB/s, a tenth of what 2 cores moved here; then it sleeps
+between polls, from 31 us doubling up to 2 ms (0.08 s of CPU in the same 3 s wait). MPI moves data only inside a
+call, so the spin is what keeps a transfer fast: with naps alone, a 32 MiB alltoallv took 2.2 s against 18 ms. On
+2 cores, 2 and 3 ranks, alltoallvs of 8 B to 32 MiB took what ``Wait`` took, within the noise of a shared machine.
 """
+import os
 import sys
 import time
 import zlib
@@ -25,6 +28,8 @@ from .base import Communicator, as_bytes, like, row_bytes
 
 _REDUCE = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 _RELAY_S = 0.5
+# settle's spin: 20 ms, plus the time the op's bytes take at a tenth of the 1 GB/s measured on 2 cores
+_SPIN_S, _SPIN_BYTES_PER_S, _NAP_S = 0.02, 100e6, 0.002
 
 
 def _displacements(counts):
@@ -58,11 +63,12 @@ class MpiCommunicator(Communicator):
         time.sleep(_RELAY_S)
         MPI.COMM_WORLD.Abort(1)
 
-    def _wait(self, request, op):
-        """Wait for ``request``; the watchdog aborts every rank if it is still waiting after ``timeout_s``."""
+    def _wait(self, request, op, nbytes=0):
+        """Wait for ``request``, which moves ``nbytes`` to and from this rank; the watchdog aborts every rank if it
+        is still waiting after ``timeout_s``."""
         self._busy = (op, time.monotonic() + self.timeout_s)
         try:
-            request.Wait()
+            settle(request, _SPIN_S + nbytes / _SPIN_BYTES_PER_S)
         finally:
             self._busy = None
 
@@ -82,13 +88,13 @@ class MpiCommunicator(Communicator):
         sb, rb = send_counts * row_bytes(host), recv_counts * row_bytes(host)
         request = self._mpi.Ialltoallv([as_bytes(host), (sb.tolist(), _displacements(sb)), MPI.BYTE],
                                        [as_bytes(out), (rb.tolist(), _displacements(rb)), MPI.BYTE])
-        self._wait(request, "alltoallv")
+        self._wait(request, "alltoallv", host.nbytes + out.nbytes)
         return like(send, out)
 
     def _allreduce(self, x, op):
         host = np.ascontiguousarray(to_host(x))
         out = np.empty_like(host)
-        self._wait(self._mpi.Iallreduce(host, out, _REDUCE[op]), "allreduce")
+        self._wait(self._mpi.Iallreduce(host, out, _REDUCE[op]), "allreduce", 2 * host.nbytes)
         return like(x, out)
 
     def _allgather(self, x, rows):
@@ -97,13 +103,25 @@ class MpiCommunicator(Communicator):
         nb = rows * row_bytes(host)
         request = self._mpi.Iallgatherv([as_bytes(host), MPI.BYTE],
                                         [as_bytes(out), (nb.tolist(), _displacements(nb)), MPI.BYTE])
-        self._wait(request, "allgather")
+        self._wait(request, "allgather", out.nbytes)
         return like(x, out)
 
     def _broadcast(self, x, root):
         out = np.array(to_host(x), order="C") if self.rank == root else np.empty(x.shape, x.dtype)
-        self._wait(self._mpi.Ibcast([as_bytes(out), MPI.BYTE], root), "broadcast")
+        self._wait(self._mpi.Ibcast([as_bytes(out), MPI.BYTE], root), "broadcast", out.nbytes)
         return like(x, out)
+
+
+def settle(request, spin_s, nap_s=_NAP_S):
+    """Return once ``request`` is complete: ``Test`` in a loop that yields the core for ``spin_s``, then between
+    naps that double from ``nap_s / 64`` up to ``nap_s``, so a rank waiting on a late peer idles."""
+    end, nap = time.perf_counter() + spin_s, nap_s / 64
+    while not request.Test():
+        if time.perf_counter() < end:
+            os.sched_yield()
+        else:
+            time.sleep(nap)
+            nap = min(2 * nap, nap_s)
 
 
 _hooked = []

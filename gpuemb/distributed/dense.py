@@ -8,6 +8,9 @@ parameter), and divides by the world size, since each rank's loss is the mean ov
 Each bucket also carries, per parameter, 1 where this rank has a gradient: a parameter no rank has a gradient
 for keeps ``grad = None`` (so the optimizer skips it, as it would on one rank); one that only some ranks have a
 gradient for gets the sum of theirs (zeros for the others) over the world size.
+
+``SliceGradients`` replaces the allreduce under ``--deterministic`` (``gpuemb/train/slices.py``): it adds the
+gradients of the batch's micro-slices in slice order, so the sum does not depend on the world size.
 """
 from gpuemb.autograd.backend import get_array_module, to_host
 
@@ -37,18 +40,61 @@ class GradientAllreduce:
 
     def __call__(self):
         """Replace each gradient by its mean over the ranks (one allreduce per bucket)."""
-        W = self.comm.world_size
         for bucket in self.buckets:
             params = [self.params[i] for i in bucket]
-            xp = get_array_module(params[0].data)
-            dtype = params[0].dtype
-            parts = [(p.grad if p.grad is not None else xp.zeros_like(p.data)).reshape(-1) for p in params]
-            have = xp.asarray([p.grad is not None for p in params], dtype=dtype)
-            flat = self.comm.allreduce(xp.concatenate(parts + [have]))
-            at = 0
-            for p, n in zip(params, [q.size for q in params]):
-                p.grad = flat[at:at + n].reshape(p.shape) / dtype.type(W)
-                at += n
-            for p, count in zip(params, to_host(flat[at:])):
-                if not count:
-                    p.grad = None
+            unpack(params, self.comm.allreduce(pack(params)), self.comm.world_size)
+
+
+class SliceGradients:
+    """The dense gradients of ``params``, summed in one fixed order whatever the world size (``--deterministic``).
+
+    Each rank ``keep()``s the gradients of each of its micro-slices of the global batch, apart; the call gathers
+    every rank's, so that every rank holds the S slices' in global slice order, and adds them up in that order. The
+    sum is then the same bits on 1, 2 or 4 ranks, where an allreduce adds in an order the ranks decide. The cost:
+    S vectors of the parameters gathered (counted under ``allreduce``), against one vector allreduced.
+    """
+
+    def __init__(self, params, comm):
+        self.params, self.comm, self.kept = list(params), comm, []
+        dtypes = sorted({str(p.dtype) for p in self.params})
+        if len(dtypes) > 1:
+            raise ValueError(f"SliceGradients: the parameters are of {', '.join(dtypes)}; the slices' gradients "
+                             "travel as one vector of one dtype, so give every dense parameter the same dtype")
+
+    def keep(self):
+        """Take the gradients of one slice's backward off the parameters (each is None afterwards)."""
+        if self.params:
+            self.kept.append(pack(self.params))
+        for p in self.params:
+            p.grad = None
+
+    def __call__(self):
+        """Set each gradient to the sum over every slice of every rank, added in slice order."""
+        if not self.params:
+            return
+        kept, self.kept = self.kept, []
+        every = self.comm.allgather(get_array_module(kept[0]).stack(kept), tag="allreduce")  # [S, n]: slice order
+        total = every[0].copy()
+        for row in every[1:]:
+            total += row
+        unpack(self.params, total, 1)
+
+
+def pack(params):
+    """One flat vector: each parameter's gradient (zeros where it has none), then a 1 per parameter that has one."""
+    xp, dtype = get_array_module(params[0].data), params[0].dtype
+    parts = [(p.grad if p.grad is not None else xp.zeros_like(p.data)).reshape(-1) for p in params]
+    return xp.concatenate(parts + [xp.asarray([p.grad is not None for p in params], dtype=dtype)])
+
+
+def unpack(params, flat, divisor):
+    """Set the gradients from a sum of ``pack``ed vectors, divided by ``divisor``; None where no part had one."""
+    at = 0
+    for p in params:
+        p.grad = flat[at:at + p.size].reshape(p.shape)
+        if divisor != 1:
+            p.grad = p.grad / p.dtype.type(divisor)
+        at += p.size
+    for p, count in zip(params, to_host(flat[at:])):
+        if not count:
+            p.grad = None

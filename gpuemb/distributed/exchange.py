@@ -9,9 +9,12 @@ Forward, on every rank:
 
 Backward, on every rank, in the same order:
 1. The gradient rows, divided by the world size (each rank's loss is the mean over its own batch, so the global
-   batch's gradient is the ranks' mean), go back to the owners by alltoallv through the backward codec.
+   batch's gradient is the ranks' mean; not where the collection's ``rank_mean`` is off), go back to the owners by
+   alltoallv through the backward codec.
 2. Each owner runs its lookups' backward on the rows it received from all ranks, so duplicate keys from several
-   ranks are summed (sort-based, deterministic) before the row rule runs once, as on one rank.
+   ranks are summed (sort-based, deterministic) before the row rule runs once, as on one rank. They arrive peer
+   by peer, each peer's in its batch order: global sample order on any world size, so a key's sum is the same bits
+   on 1, 2 or 4 ranks where the gradients are (``--deterministic``).
 3. Column shards under row-wise Adagrad exchange their per-key squared-gradient sums and finish their updates.
 4. Data-parallel tables allgather the keys and gradient rows of every rank, and every replica applies the same
    summed update.
@@ -74,7 +77,9 @@ class ShardedLookup(Function):
         c = self.c
         comm, W = c.comm, c.comm.world_size
         B, F = self.keys.shape
-        gy = gy.reshape(B * F, c.dim) / np.float32(W)
+        gy = gy.reshape(B * F, c.dim)
+        if c.rank_mean:
+            gy = gy / np.float32(W)
         if c.streams:
             r, a = self.route, self.arrivals
             for g, (width, ids) in enumerate(c.groups):

@@ -31,6 +31,9 @@ class ShardedEmbeddingCollection(Module):
         configs, self.dim = stackable(configs, n_features, "ShardedEmbeddingCollection")
         self.shared = n_features is not None
         self.comm, self.codecs = comm, codecs or CommCodecs()
+        # each rank's loss is the mean over its part, so the requester divides gradients by W; off where the loss is
+        # already the global batch's (--deterministic), which keeps a sample's gradient the same bits on any W
+        self.rank_mean = True
         self.plan = plan if plan is not None else plan_for(configs, comm.world_size, n_features)
         check_against_plan(configs, self.plan, comm.world_size)
         self.configs = configs

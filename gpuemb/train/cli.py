@@ -70,7 +70,7 @@ def _argument(f):
     else:
         kw.update(type={"int": int, "float": float, "str": str}[kind], metavar=key_of(f).split("_")[-1].upper())
     if m["bare"] is not None:
-        kw.update(nargs="?", const=m["bare"], metavar="PATH")
+        kw.update(nargs="?", const=m["bare"], metavar="PATH" if kind == "str" else "N")
     return kw
 
 

@@ -11,6 +11,9 @@ rows ``[r G / W, (r + 1) G / W)``, so W ranks see exactly the data one process s
 checkpoint's) is that of the global batches whatever the world size. Evaluation splits each eval batch the same
 way and gathers the logits, so the metrics are those of the whole eval set. In a world of one every collective
 is the local communicator's: the part is the whole batch, a mean is the value itself.
+
+With ``--deterministic N`` (``slices.py``) every world size, one included, shards its tables, and the step runs in
+N micro-slices whose gradients are added in slice order, so 1, 2 or 4 ranks train the same bits.
 """
 import os
 import uuid
@@ -20,10 +23,12 @@ import numpy as np
 
 from gpuemb.comm import CommCodecs, LocalCommunicator
 from gpuemb.distributed import ShardedEmbeddingCollection, distribute
+from gpuemb.distributed.dense import SliceGradients
 
 from .errors import CheckpointError, ConfigError
 from .loop import Batches
 from .model import collections_of
+from .slices import Slices
 
 # what a step sends, reported per step: the embeddings' all-to-alls and gathers, and the dense allreduce
 TAGS = ("a2a_keys", "a2a_fwd", "a2a_bwd", "column_sums", "dp_allgather", "allreduce")
@@ -38,6 +43,10 @@ class Cluster:
         d = config.distributed
         self.codecs = CommCodecs(d.comm_codec, d.comm_codec_backward or d.comm_codec)
         self.sharding, self.plan, self._dense = d.sharding, None, None
+        self.deterministic, self.slices = config.run.deterministic, None  # N micro-slices; Slices once sharded
+        if self.deterministic and config.optimization.precision == "fp16":
+            raise ConfigError("--deterministic: --precision fp16 scales the loss and skips steps by what overflowed; "
+                              "train in fp32 or bf16 for runs that are the same bits on any number of ranks")
         self._window, self._run = Counter(), Counter()  # bytes sent in train steps: since the last record, in all
         self._steps = [0, 0]
 
@@ -70,22 +79,43 @@ class Cluster:
             raise ConfigError(f"--batch-size: {batch_size} samples do not split evenly over {self.world_size} "
                               f"ranks; use a multiple of {self.world_size} (each rank trains on its "
                               f"1/{self.world_size} of every batch)")
+        N = self.deterministic
+        if N and N % self.world_size:
+            raise ConfigError(f"--deterministic: {N} micro-slices do not split over {self.world_size} ranks; use a "
+                              f"multiple of {self.world_size} (each rank trains whole slices)")
+        if N and batch_size % N:
+            raise ConfigError(f"--batch-size: {batch_size} samples do not split into the {N} micro-slices of "
+                              f"--deterministic; use a multiple of {N}")
 
     def shard(self, model, batch_size):
         """Shard ``model``'s tables over the ranks, as ``--sharding`` says, and broadcast its dense parameters; a
-        world of one keeps the model as it is."""
-        if self.world_size == 1:
+        world of one keeps the model as it is, unless ``--deterministic``."""
+        if self.world_size == 1 and not self.deterministic:
             return model
         try:
             self._dense = distribute(model, self.comm, codecs=self.codecs, batch_size=batch_size,
                                         codec=self.codecs.forward, sharding=self.sharding)
         except ValueError as e:  # the planner's PlanError says what to change
             raise ConfigError(f"--sharding {self.sharding}: {e}") from None
-        self.plan = collections_of(model, ShardedEmbeddingCollection)[0][1].plan
+        collections = [c for _, c in collections_of(model, ShardedEmbeddingCollection)]
+        self.plan = collections[0].plan
+        if self.deterministic:
+            self._deterministic(model, collections, batch_size)
         # dropout draws by a row's index in the global batch: with this rank's offset, the ranks together draw the
         # masks one process draws (the training loader drops short batches, so every batch splits at these rows)
         model.set_row0(self.rank * batch_size // self.world_size)
         return model
+
+    def _deterministic(self, model, collections, batch_size):
+        """Step in ``--deterministic``'s slices: undivided row gradients, dense gradients added in slice order."""
+        for c in collections:
+            if c.coupled:
+                raise ConfigError(f"--deterministic: table {c.coupled[0][0]} is split by columns under "
+                                  "rowwise_adagrad, whose shards add their squared-gradient sums in rank order; use "
+                                  "--sharding table or row, or another --embedding-optimizer")
+            c.rank_mean = False  # the slices' losses are already the global batch's
+        self._dense = SliceGradients(model.parameters(), self.comm)
+        self.slices = Slices(self.deterministic, batch_size, self.comm, self._dense)
 
     def batches(self, loader):
         """The loader's global batches, each cut to this rank's part."""
@@ -116,6 +146,8 @@ class Cluster:
 
     def logits(self, model, batch):
         """The logits of the whole ``batch``: this rank's part through ``model``, gathered in rank order."""
+        if self.slices is not None:
+            return self.slices.logits(model, batch)
         mine = self.part(batch)
         return self.comm.allgather(model(mine.dense, mine.sparse).data, tag="eval")
 

@@ -47,26 +47,26 @@ class Trainer:
             table.lr = embedding_lr
         self.cluster.begin_step()
         self.model.train()
+        if self.cluster.slices is None:
+            value = self._whole_step(batch, after_forward)
+        else:
+            value = self._sliced_step(batch, after_forward)
+        self.step += 1
+        self.samples += batch.rows * self.cluster.world_size
+        self.cluster.end_step()
+        return value
+
+    def _whole_step(self, batch, after_forward):
         logits = self.model(batch.dense, batch.sparse)
         if after_forward is not None:
             after_forward()
-        labels = batch.label
-        if tuple(labels.shape) != logits.shape:
-            raise TrainError(f"step {self.step + 1}: the model gives logits of shape {logits.shape} and the "
-                             f"labels have shape {tuple(labels.shape)}; a model of {labels.shape[1:] or 1} tasks "
-                             "fits this data")
         xp = get_array_module(logits.data)
-        loss = bce_with_logits(logits, xp.asarray(labels, logits.dtype))
+        loss = bce_with_logits(logits, self._labels(logits, batch.label))
         # The step's one read from the device: the loss, and whether the last step left the dense parameters
         # finite (checked here rather than after that step's update, so a step waits for the device only once).
         local, finite = backend.to_host(xp.stack([loss.data.astype(xp.float32), finite_flag(self.model, xp)]))
         value = self.cluster.mean(float(local))  # the global batch's: every rank agrees whether it is finite
-        if not math.isfinite(value):
-            raise DivergedError(f"the loss became {value} at step {self.step + 1} (lr {lr:g}, embedding lr "
-                                f"{embedding_lr:g})")
-        if not finite:
-            raise DivergedError(f"after step {self.step} the dense parameter {non_finite(self.model)} holds NaN or "
-                                f"inf (lr {lr:g}, embedding lr {embedding_lr:g})")
+        self._check(value, finite)
         self.optimizer.zero_grad()
         if self.scaler is None:
             loss.backward()
@@ -74,10 +74,44 @@ class Trainer:
             self.optimizer.step()
         else:  # --precision fp16: the step is skipped, rows and all, where a gradient overflowed
             scaled_step(loss, self.optimizer, self.tables, self.scaler, self.cluster)
-        self.step += 1
-        self.samples += batch.rows * self.cluster.world_size
-        self.cluster.end_step()
         return value
+
+    def _sliced_step(self, batch, after_forward):
+        """``--deterministic``: the lookups once, the head slice by slice, the lookups' backward once on the slices'
+        gradients, the dense gradients added in slice order (``slices.py``)."""
+        slices = self.cluster.slices
+        embedded = self.model.embed(batch.sparse)
+        if after_forward is not None:
+            after_forward()
+        self.optimizer.zero_grad()
+        sums, gys = slices.backward(self.model, batch, embedded, self._labels)
+        xp = get_array_module(sums)
+        # nothing is updated yet: the dense gradients wait in the slices, the rows for their lookups' backward
+        value = slices.loss(sums)
+        self._check(value, backend.to_host(finite_flag(self.model, xp)))
+        for e, gy in zip(embedded, gys):
+            e.backward(gy)
+        self.cluster.allreduce()
+        self.optimizer.step()
+        return value
+
+    def _labels(self, logits, labels):
+        """``labels`` as the loss takes them, or a TrainError where they cannot match the logits."""
+        if tuple(labels.shape) != logits.shape:
+            raise TrainError(f"step {self.step + 1}: the model gives logits of shape {logits.shape} and the "
+                             f"labels have shape {tuple(labels.shape)}; a model of {labels.shape[1:] or 1} tasks "
+                             "fits this data")
+        return get_array_module(logits.data).asarray(labels, logits.dtype)
+
+    def _check(self, value, finite):
+        """DivergedError unless the step's loss ``value`` and the dense parameters (``finite``) are finite."""
+        lr, embedding_lr = self.lrs
+        if not math.isfinite(value):
+            raise DivergedError(f"the loss became {value} at step {self.step + 1} (lr {lr:g}, embedding lr "
+                                f"{embedding_lr:g})")
+        if not finite:
+            raise DivergedError(f"after step {self.step} the dense parameter {non_finite(self.model)} holds NaN or "
+                                f"inf (lr {lr:g}, embedding lr {embedding_lr:g})")
 
     def state_dict(self):
         """The dense model, its extra state (the dropout counters), the optimizer and the counters."""

@@ -196,6 +196,10 @@ class RunSettings(Section):
                           choices=backend.DEVICES, resumable=True)
     pipeline: bool = setting(True, "--no-pipeline: prepare each batch after the last one computed, instead of "
                              "during it (the same results)", flag="--no-pipeline", resumable=True)
+    deterministic: int = setting(0, "the same weights, rows and metrics, bit for bit, on any number of ranks that "
+                                 "divides N: each global batch runs in N fixed micro-slices, whose gradients are "
+                                 "added in slice order (the flag alone: 4; 0: off; docs/distributed.md)", low=0,
+                                 bare=4, resumable=True)
 
 
 @dataclass(frozen=True)

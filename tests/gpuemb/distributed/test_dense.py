@@ -6,6 +6,7 @@ import pytest
 from gpuemb.autograd import Tensor
 from gpuemb.comm import LocalCommunicator
 from gpuemb.distributed import GradientAllreduce, broadcast_parameters
+from gpuemb.distributed.dense import SliceGradients
 
 
 class CountingComm(LocalCommunicator):
@@ -59,3 +60,27 @@ def test_broadcast_keeps_the_values_in_place(rng):
     broadcast_parameters(ps, LocalCommunicator())
     assert ps[0].data is data
     np.testing.assert_array_equal(ps[0].data, before)
+
+
+def test_slice_gradients_are_the_slices_added_in_slice_order(rng):
+    ps = params(rng, [(3, 4), (4,), (2,)])
+    grads = [[rng.standard_normal(p.shape).astype(np.float32) * 10.0 ** rng.integers(-3, 4) for p in ps[:2]]
+             for _ in range(4)]
+    gather = SliceGradients(ps, LocalCommunicator())
+    for slice_grads in grads:
+        for p, g in zip(ps, slice_grads):
+            p.grad = g.copy()
+        gather.keep()
+        assert all(p.grad is None for p in ps)  # each slice's gradients are taken off the parameters
+    gather()
+    for i, p in enumerate(ps[:2]):
+        want = grads[0][i].copy()
+        for slice_grads in grads[1:]:
+            want += slice_grads[i]  # left to right: the same bits on any world size
+        np.testing.assert_array_equal(p.grad, want)
+    assert ps[2].grad is None  # no slice had one
+
+
+def test_slice_gradients_take_one_dtype(rng):
+    with pytest.raises(ValueError, match="float32, float64"):
+        SliceGradients(params(rng, [(2,)]) + params(rng, [(2,)], np.float64), LocalCommunicator())

@@ -87,6 +87,7 @@ def table_rows(run):
 class OtherRankOverflowed:
     """A stand-in for a Cluster of one whose other (imagined) rank found inf in its row gradients."""
     world_size = 1
+    slices = None  # a step of the whole batch, not --deterministic's slices
 
     def __init__(self):
         self.allreduced = 0

@@ -1,6 +1,6 @@
 """Run by test_mpi.py under ``mpiexec -n 2``: rank 1 raises (``raise``), hangs (``hang``) or exits before
 ``comm.init`` (``exit``) while rank 0 goes on into an allreduce. The job must end non-zero within the timeout;
-"passed" must never print."""
+"passed" must never print. Rank 0 says how much CPU it used while it waited, as it aborts."""
 import os
 import sys
 import time
@@ -18,5 +18,14 @@ if c.rank == 1:
     if mode == "raise":
         raise RuntimeError("planted failure")
     time.sleep(120)
+cpu, wall, abort = time.process_time(), time.monotonic(), c._abort_world
+
+
+def report_then_abort():
+    print(f"rank 0 waited {time.monotonic() - wall:.3f} s on {time.process_time() - cpu:.3f} s of CPU", flush=True)
+    abort()
+
+
+c._abort_world = report_then_abort
 c.allreduce(np.ones(3))
 print(f"rank {c.rank}: passed the allreduce", flush=True)

@@ -1,0 +1,83 @@
+"""``--deterministic N``: each global batch in N fixed micro-slices, so 1, 2 or 4 ranks train the same bits.
+
+Where W ranks rounded differently from one process, and what this does instead (W must divide N, N the batch):
+
+- A BLAS row may round differently in a matmul of another height. The dense head runs slice by slice, forward
+  and backward, so every matmul has the height G/N whatever W; each rank runs its N/W slices.
+- Each rank's loss was the mean over its part, and the ranks' gradients were averaged. A slice's loss is the sum
+  over its samples and its backward starts from 1/G, so a sample's gradient is the same number on every rank, and
+  nothing divides it afterwards (the sharded collections' ``rank_mean`` is off).
+- The dense gradients were allreduced, in an order the ranks decide. Each slice's are kept apart, gathered and
+  added in slice order (``distributed.dense.SliceGradients``); the step's loss likewise.
+- An owner sums a key's gradients in the order they arrive: peer by peer, each peer's in batch order, which is
+  global sample order on any W. The lookups run once a step on the rank's part, and their backward once, on the
+  slices' gradients side by side. A world of one takes the same path: its tables sharded over the local
+  communicator.
+- Dropout draws by (seed, step, row in the global batch): each slice is told its first row, and every slice runs
+  at the step's dropout counter, which then advances once, as in a step of one process.
+- Evaluation pads each eval batch to G rows (repeating its last row) and runs it through the same slices.
+
+The learning-rate schedule and the data order never depended on W.
+"""
+import numpy as np
+
+from gpuemb.autograd import Tensor, bce_with_logits
+from gpuemb.autograd.backend import get_array_module, to_host
+
+
+class Slices:
+    """The ``count`` micro-slices of a global batch of ``batch_size`` samples, and this rank's ``count / W`` of
+    them: the rows ``[r G / W, (r + 1) G / W)`` of its part. ``gradients``: the model's ``SliceGradients``."""
+
+    def __init__(self, count, batch_size, comm, gradients):
+        self.count, self.batch_size, self.comm, self.gradients = count, batch_size, comm, gradients
+        self.rows = batch_size // count
+        self.mine = count // comm.world_size
+        self.first = comm.rank * self.mine  # the index of this rank's first slice in the global batch
+
+    def starts(self):
+        """``(row in this rank's part, row in the global batch)`` where each of this rank's slices starts."""
+        return [(j * self.rows, (self.first + j) * self.rows) for j in range(self.mine)]
+
+    def backward(self, model, batch, embedded, labels_of):
+        """Run the head of ``model`` forward and backward on each slice of ``batch`` (this rank's part), on the
+        ``embedded`` outputs of ``model.embed``; keep each slice's dense gradients apart.
+
+        ``labels_of(logits, labels)``: the labels as the loss takes them. Returns ``(loss sums [N/W], gys)``, gys
+        the gradient of each embedded output, the slices' side by side, for its backward (the lookups' updates)."""
+        xp = get_array_module(embedded[0].data)
+        counters = model.extra_states()
+        sums, grads = [], [[] for _ in embedded]
+        for lo, row0 in self.starts():
+            model.load_extra_states(counters)  # every slice draws its dropout at the step's counter
+            model.set_row0(row0)
+            leaves = [Tensor(e.data[lo:lo + self.rows], requires_grad=True) for e in embedded]
+            logits = model.head(batch.dense[lo:lo + self.rows], *leaves)
+            loss = bce_with_logits(logits, labels_of(logits, batch.label[lo:lo + self.rows]), reduction="sum")
+            loss.backward(xp.asarray(1 / self.batch_size, loss.dtype))
+            self.gradients.keep()
+            sums.append(loss.data)
+            for g, leaf in zip(grads, leaves):
+                g.append(leaf.grad if leaf.grad is not None else xp.zeros_like(leaf.data))
+        return xp.stack(sums), [xp.concatenate(g) for g in grads]
+
+    def loss(self, sums):
+        """The global batch's mean loss from every rank's slice ``sums``, added in slice order."""
+        total = 0.0
+        for s in self.comm.allgather(to_host(sums).astype(np.float64), tag="loss"):
+            total += float(s)
+        return total / self.batch_size
+
+    def logits(self, model, batch):
+        """The logits of ``batch`` (at most G rows): padded to G rows by repeating its last row, this rank's part
+        through ``model`` slice by slice, the parts gathered in rank order, the padding cut off."""
+        n = batch.rows
+        if n > self.batch_size:
+            raise ValueError(f"Slices.logits: a batch of {n} rows; evaluate in batches of at most "
+                             f"{self.batch_size}, the global batch")
+        at = np.minimum(np.arange(self.first * self.rows, (self.first + self.mine) * self.rows), n - 1)
+        dense, sparse = (a[get_array_module(a).asarray(at)] for a in (batch.dense, batch.sparse))
+        embedded = model.embed(sparse)
+        out = [model.head(dense[lo:lo + self.rows], *(Tensor(e.data[lo:lo + self.rows]) for e in embedded)).data
+               for lo, _ in self.starts()]
+        return self.comm.allgather(get_array_module(out[0]).concatenate(out), tag="eval")[:n]
