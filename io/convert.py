@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuemb.io.errors import ParseReport
+from gpuemb.io.errors import DataError, ParseReport
 from gpuemb.io.hashing import mix_array
 from gpuemb.io.prefetch import Prefetcher
 from gpuemb.io.reader import ReadOptions, TextReader
@@ -59,7 +59,7 @@ class ConvertReport:
         return sum(self.rows.values()) / max(self.seconds, 1e-9)
 
     def __str__(self):
-        per = ", ".join(f"{s}: {n}" for s, n in self.rows.items())
+        per = ", ".join(f"{s}: {n}" for s, n in self.rows.items()) or "0"
         return f"{per} rows in {self.seconds:.2f} s ({self.rows_per_s:,.0f} rows/s); {self.parse.summary()}"
 
 
@@ -134,4 +134,16 @@ def convert(inputs, out_dir, schema, options=ConvertOptions()):
         report.paths[SPLITS[s]] = writers[s].close()
         report.rows[SPLITS[s]] = writers[s].rows
     report.seconds = time.perf_counter() - start
+    _check_rows(inputs, report)
     return report
+
+
+def _check_rows(inputs, report):
+    """A DataError when the inputs gave no good rows, or a split named by file got none: there is nothing to train
+    or evaluate on, and the bad lines say why."""
+    empty = [s for s in inputs if not report.rows.get(s)] if isinstance(inputs, dict) else []
+    if report.rows and not empty:
+        return
+    where = f"the {empty[0]} files {[os.fspath(p) for p in inputs[empty[0]]]}" if report.rows else "the inputs"
+    raise DataError(f"{where} gave 0 good rows ({report.parse.summary()}); fix the lines reported, or check that "
+                    "the files are in the format given")
