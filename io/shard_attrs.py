@@ -8,6 +8,8 @@ on deeply nested JSON).
 import json
 import numbers
 
+import numpy as np
+
 from gpuemb.io.checksum import value_crc
 from gpuemb.io.errors import ShardError
 
@@ -19,13 +21,23 @@ ATTR_CRCS = "attr_crcs"
 _READ_ERRORS = (OSError, KeyError, ValueError, TypeError, RuntimeError)
 
 
+def put_text(attrs, name, text):
+    """Store ``text`` as a fixed-length string, held in the attribute itself: h5py stores a str as a variable-length
+    string in the file's global heap, and libhdf5 can loop forever reading a heap with a flipped byte."""
+    attrs[name] = np.bytes_(text.encode())
+
+
+def decoded(value):
+    """An attribute's value with text as str (a shard stores text as bytes, see put_text)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def raw(f, name, path):
     """The value of attribute ``name`` (text decoded), or a ShardError saying it is missing or unreadable."""
     try:
         if name not in f.attrs:
             raise ShardError(f"{path}: attribute {name!r} is missing, so this is not a complete gpuemb shard; {FIX}")
-        value = f.attrs[name]
-        return value.decode() if isinstance(value, bytes) else value
+        return decoded(f.attrs[name])
     except _READ_ERRORS as e:
         if isinstance(e, ShardError):
             raise
@@ -64,7 +76,7 @@ def counts(value):
 
 def record_crcs(attrs, table_crc):
     """The JSON text of ATTR_CRCS: the checksum of each CHECKED attribute, and ``table_crc`` of the checksum table."""
-    return json.dumps({**{name: value_crc(attrs[name]) for name in CHECKED}, "checksums": table_crc})
+    return json.dumps({**{name: value_crc(decoded(attrs[name])) for name in CHECKED}, "checksums": table_crc})
 
 
 def check_crcs(f, path, table_crc):

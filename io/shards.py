@@ -142,11 +142,13 @@ class ShardWriter:
                                      dtype=src.dtype, chunks=(c,) + tuple(max(w, 1) for w in width),
                                      compression=self.options.compression)
         a = self.file.attrs
-        a["format"], a["version"], a["chunk_rows"] = FORMAT, VERSION, c
-        a["label_names"], a["dense_names"] = json.dumps(list(lay.label_names)), json.dumps(list(lay.dense_names))
-        a["sparse_names"] = json.dumps(list(lay.sparse_names))
-        a["sparse_hotness"] = json.dumps(list(lay.hotness or (1,) * len(lay.sparse_names)))
-        a["meta"] = json.dumps(lay.meta)
+        a["version"], a["chunk_rows"] = VERSION, c
+        texts = {"format": FORMAT, "label_names": json.dumps(list(lay.label_names)),
+                 "dense_names": json.dumps(list(lay.dense_names)), "sparse_names": json.dumps(list(lay.sparse_names)),
+                 "sparse_hotness": json.dumps(list(lay.hotness or (1,) * len(lay.sparse_names))),
+                 "meta": json.dumps(lay.meta)}
+        for name, text in texts.items():
+            attrs.put_text(a, name, text)
         self.paths.append(path)
 
     def _finish(self):
@@ -155,7 +157,7 @@ class ShardWriter:
         table = np.array(self.sums, np.uint32).reshape(-1, len(DATASETS))
         self.file.create_dataset("checksums", data=table)
         self.file.attrs["n_rows"] = self.file_rows
-        self.file.attrs[attrs.ATTR_CRCS] = attrs.record_crcs(self.file.attrs, array_crcs([table])[0])
+        attrs.put_text(self.file.attrs, attrs.ATTR_CRCS, attrs.record_crcs(self.file.attrs, array_crcs([table])[0]))
         self.file.close()
         os.replace(self.paths[-1] + ".tmp", self.paths[-1])
         self.file, self.file_rows, self.sums = None, 0, []

@@ -13,6 +13,7 @@ from gpuemb.io.loader import Loader, LoaderConfig
 from gpuemb.io.shards import ShardLayout, ShardSource, ShardWriter, WriteOptions, open_shard
 
 CHUNK = 64
+ATTRIBUTE_TEXTS = ("format", "label_names", "dense_names", "sparse_names", "sparse_hotness", "meta", "attr_crcs")
 
 
 @pytest.fixture
@@ -57,6 +58,15 @@ def test_each_chunk_carries_the_crc32_of_its_rows(shard, rows):
     got = read_all(shard)
     for x, y in zip(got.arrays(), rows.arrays()):
         np.testing.assert_array_equal(x, y)
+
+
+def test_text_attributes_are_stored_in_the_attribute_not_the_global_heap(shard):
+    # libhdf5 looped forever reading a variable-length string whose global heap had a flipped byte
+    with h5py.File(shard, "r") as f:
+        texts = [name for name in f.attrs if f.attrs.get_id(name).get_type().get_class() == h5py.h5t.STRING]
+        assert sorted(texts) == sorted(ATTRIBUTE_TEXTS)
+        assert not any(f.attrs.get_id(name).get_type().is_variable_str() for name in texts)
+        assert json.loads(f.attrs["meta"]) == {"source": "test"}
 
 
 @pytest.mark.parametrize("name, col", [("label", 0), ("dense", 1), ("sparse", 2)])
