@@ -117,8 +117,7 @@ def convert(inputs, out_dir, schema, options=ConvertOptions()):
     meta = {"schema": schema.to_json(), "dense_transform": "log1p(max(x, 0))" if options.read.dense_log1p else
             "none", "hashing": "gpuemb.io.hashing v1", "freq_threshold": options.freq_threshold,
             "caps": options.caps, "split_ratios": list(options.split), "split_seed": options.seed,
-            "sources": {s: [os.fspath(p) for p in ps] for s, ps in inputs.items()} if isinstance(inputs, dict)
-            else [os.fspath(p) for p in inputs]}
+            "sources": {s: _listed(ps) for s, ps in inputs.items()} if isinstance(inputs, dict) else _listed(inputs)}
     report = ConvertReport(parse=ParseReport(max_reported=options.read.max_reported))
     writers = {}
     # Parsing runs in a second thread, so that it overlaps with remapping and writing here.
@@ -136,6 +135,13 @@ def convert(inputs, out_dir, schema, options=ConvertOptions()):
     report.seconds = time.perf_counter() - start
     _check_rows(inputs, report)
     return report
+
+
+def _listed(paths, most=100):
+    """The paths for a shard's meta, the first ``most`` of them and a count of the rest: a shard's attributes
+    must stay under HDF5's 64 KiB (see :func:`gpuemb.io.shard_attrs.put_text`)."""
+    paths = [os.fspath(p) for p in paths]
+    return paths if len(paths) <= most else paths[:most] + [f"... and {len(paths) - most} more"]
 
 
 def _check_rows(inputs, report):

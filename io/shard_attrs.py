@@ -18,13 +18,24 @@ FIX = "convert the source again"
 CHECKED = ("format", "version", "n_rows", "chunk_rows", "label_names", "dense_names", "sparse_names",
            "sparse_hotness", "meta")
 ATTR_CRCS = "attr_crcs"
+MAX_TEXT = 60_000  # under HDF5's 64 KiB limit on a message in an object header, with room for the rest
 _READ_ERRORS = (OSError, KeyError, ValueError, TypeError, RuntimeError)
 
 
 def put_text(attrs, name, text):
     """Store ``text`` as a fixed-length string, held in the attribute itself: h5py stores a str as a variable-length
-    string in the file's global heap, and libhdf5 can loop forever reading a heap with a flipped byte."""
+    string in the file's global heap, and libhdf5 can loop forever reading a heap with a flipped byte. An attribute
+    held so must fit in HDF5's 64 KiB object header message (see check_texts)."""
     attrs[name] = np.bytes_(text.encode())
+
+
+def check_texts(texts):
+    """A ValueError, before anything is written, where a text of ``{name: text}`` is too long for put_text."""
+    for name, text in texts.items():
+        if len(text.encode()) > MAX_TEXT:
+            raise ValueError(f"shard attribute {name!r}: {len(text.encode())} bytes of text, more than the "
+                             f"{MAX_TEXT} a shard keeps in an attribute; keep ShardLayout.meta and the column names "
+                             "shorter")
 
 
 def decoded(value):

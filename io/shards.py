@@ -91,6 +91,11 @@ class ShardWriter:
 
     def __init__(self, folder, layout, options=WriteOptions()):
         self.folder, self.layout, self.options = folder, layout.validate(), options.validate()
+        names = zip(_NAMES, (layout.label_names, layout.dense_names, layout.sparse_names))
+        self.texts = {"format": FORMAT, **{k: json.dumps(list(v)) for k, v in names},
+                      "sparse_hotness": json.dumps(list(layout.hotness or (1,) * len(layout.sparse_names))),
+                      "meta": json.dumps(layout.meta)}
+        attrs.check_texts(self.texts)  # before a row is written: a text too long for an attribute cannot be stored
         os.makedirs(folder, exist_ok=True)
         T, D, S = layout.widths
         c = options.chunk_rows
@@ -134,7 +139,7 @@ class ShardWriter:
     def _start(self):
         path = os.path.join(self.folder, f"part-{len(self.paths):05d}.h5")
         self.file = h5py.File(path + ".tmp", "w")
-        lay, c = self.layout, self.options.chunk_rows
+        c = self.options.chunk_rows
         for name, src in zip(DATASETS, self.buf.arrays()):
             width = src.shape[1:]
             # HDF5 chunks must be non-empty: a role with no columns (Avazu's dense) gets an unbounded width.
@@ -143,11 +148,7 @@ class ShardWriter:
                                      compression=self.options.compression)
         a = self.file.attrs
         a["version"], a["chunk_rows"] = VERSION, c
-        texts = {"format": FORMAT, "label_names": json.dumps(list(lay.label_names)),
-                 "dense_names": json.dumps(list(lay.dense_names)), "sparse_names": json.dumps(list(lay.sparse_names)),
-                 "sparse_hotness": json.dumps(list(lay.hotness or (1,) * len(lay.sparse_names))),
-                 "meta": json.dumps(lay.meta)}
-        for name, text in texts.items():
+        for name, text in self.texts.items():
             attrs.put_text(a, name, text)
         self.paths.append(path)
 

@@ -161,3 +161,11 @@ def test_the_tool_exits_1_with_one_line_when_no_row_is_good(data, damaged, tmp_p
     assert run.stderr.splitlines() == [f"convert.py: the inputs gave 0 good rows (0 rows read, 200 bad lines skipped "
                                        f"(wrong field count: 200); first: {path}:1: expected 40 fields, found 3); fix "
                                        "the lines reported, or check that the files are in the format given"]
+
+
+def test_the_meta_of_many_inputs_lists_the_first_hundred(data, tmp_path):
+    report = convert([data / "criteo_sample.tsv"] * 150, tmp_path, criteo_schema())
+    with h5py.File(report.paths["train"][0]) as f:
+        sources = json.loads(f.attrs["meta"])["sources"]
+    assert sources == [str(data / "criteo_sample.tsv")] * 100 + ["... and 50 more"]
+    assert report.rows == {"train": 30_000}

@@ -159,3 +159,10 @@ def test_a_version_1_shard_is_read_with_a_warning(shard, rows):
     for x, y in zip(got.arrays(), rows.arrays()):
         np.testing.assert_array_equal(x, y)
     assert json.loads(h5py.File(shard, "r").attrs["meta"]) == {"source": "test"}
+
+
+def test_a_meta_too_long_for_an_attribute_is_refused_before_writing(tmp_path):
+    layout = ShardLayout(("y",), (), ("s",), meta={"note": "x" * 70_000})
+    with pytest.raises(ValueError, match="shard attribute 'meta': 70012 bytes of text, more than the 60000"):
+        ShardWriter(str(tmp_path), layout)
+    assert not list(tmp_path.iterdir())
