@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuemb.io.errors import ParseReport
+from gpuemb.io.errors import DataError, ParseReport
 from gpuemb.io.hashing import mix_array
 from gpuemb.io.prefetch import Prefetcher
 from gpuemb.io.reader import ReadOptions, TextReader
@@ -59,7 +59,7 @@ class ConvertReport:
         return sum(self.rows.values()) / max(self.seconds, 1e-9)
 
     def __str__(self):
-        per = ", ".join(f"{s}: {n}" for s, n in self.rows.items())
+        per = ", ".join(f"{s}: {n}" for s, n in self.rows.items()) or "0"
         return f"{per} rows in {self.seconds:.2f} s ({self.rows_per_s:,.0f} rows/s); {self.parse.summary()}"
 
 
@@ -117,8 +117,7 @@ def convert(inputs, out_dir, schema, options=ConvertOptions()):
     meta = {"schema": schema.to_json(), "dense_transform": "log1p(max(x, 0))" if options.read.dense_log1p else
             "none", "hashing": "gpuemb.io.hashing v1", "freq_threshold": options.freq_threshold,
             "caps": options.caps, "split_ratios": list(options.split), "split_seed": options.seed,
-            "sources": {s: [os.fspath(p) for p in ps] for s, ps in inputs.items()} if isinstance(inputs, dict)
-            else [os.fspath(p) for p in inputs]}
+            "sources": {s: _listed(ps) for s, ps in inputs.items()} if isinstance(inputs, dict) else _listed(inputs)}
     report = ConvertReport(parse=ParseReport(max_reported=options.read.max_reported))
     writers = {}
     # Parsing runs in a second thread, so that it overlaps with remapping and writing here.
@@ -134,4 +133,23 @@ def convert(inputs, out_dir, schema, options=ConvertOptions()):
         report.paths[SPLITS[s]] = writers[s].close()
         report.rows[SPLITS[s]] = writers[s].rows
     report.seconds = time.perf_counter() - start
+    _check_rows(inputs, report)
     return report
+
+
+def _listed(paths, most=100):
+    """The paths for a shard's meta, the first ``most`` of them and a count of the rest: a shard's attributes
+    must stay under HDF5's 64 KiB (see :func:`gpuemb.io.shard_attrs.put_text`)."""
+    paths = [os.fspath(p) for p in paths]
+    return paths if len(paths) <= most else paths[:most] + [f"... and {len(paths) - most} more"]
+
+
+def _check_rows(inputs, report):
+    """A DataError when the inputs gave no good rows, or a split named by file got none: there is nothing to train
+    or evaluate on, and the bad lines say why."""
+    empty = [s for s in inputs if not report.rows.get(s)] if isinstance(inputs, dict) else []
+    if report.rows and not empty:
+        return
+    where = f"the {empty[0]} files {[os.fspath(p) for p in inputs[empty[0]]]}" if report.rows else "the inputs"
+    raise DataError(f"{where} gave 0 good rows ({report.parse.summary()}); fix the lines reported, or check that "
+                    "the files are in the format given")

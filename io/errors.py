@@ -29,6 +29,10 @@ class BadLineError(DataError):
         super().__init__(f"{bad}. Fix or drop the line, or read without strict=True to skip and count bad lines.")
 
 
+class UncheckedShardWarning(UserWarning):
+    """Shards of version 1, written before shards carried checksums, are read without checking their bytes."""
+
+
 class BadLineWarning(UserWarning):
     """A malformed line was skipped (only the first few of a run are warned about)."""
 

@@ -108,13 +108,17 @@ class TextReader:
 
     def _read_file(self, path):
         skip_header = self.schema.header
-        line0, carry, lines_seen = 1, b"", 0
+        line0, pending, lines_seen = 1, [], 0
         with open_binary(path) as f:
             while True:
                 data = read_chunk(f, self.options.block_bytes, path)
-                buf = carry + data
-                cut = buf.rfind(b"\n") + 1 if data else len(buf)
-                block, carry = buf[:cut], buf[cut:]
+                cut = data.rfind(b"\n") + 1 if data else len(data)
+                if data and not cut:
+                    # A line longer than a block: its pieces are joined once its end comes, not once a block.
+                    pending.append(data)
+                    continue
+                block = b"".join(pending + [data[:cut]])
+                pending = [data[cut:]]
                 if block and not block.endswith(b"\n"):
                     block += b"\n"
                 if skip_header and block:
@@ -170,6 +174,6 @@ class TextReader:
         if code == BAD_FIELDS:
             return f"expected {len(self.schema.columns)} fields, found {where[0]}"
         f, a, b = where
-        text = block[a:b].decode("utf-8", "replace")
+        text = block[a:min(b, a + 41)].decode("utf-8", "replace")
         text = text if len(text) <= 40 else text[:37] + "..."
         return f"field {f + 1} ({self.schema.columns[f].name}): {REASONS[code]}: {text!r}"

@@ -10,27 +10,42 @@ dense    float32 ``[N, n_dense]``       ``(chunk_rows, n_dense)``
 sparse   int64   ``[N, S]``             ``(chunk_rows, S)``
 ======== ======= ==================== ===========================================
 
-File attributes: ``format`` = "gpuemb-shard", ``version`` = 1, ``n_rows``, ``chunk_rows``, and JSON strings
+and ``checksums``, uint32 ``[n_chunks, 3]``: the CRC32 of chunk i's label, dense and sparse bytes (rows
+``i * chunk_rows`` up to ``min((i + 1) * chunk_rows, N)``, in C order), as snapshots keep theirs.
+
+File attributes: ``format`` = "gpuemb-shard", ``version`` = 2, ``n_rows``, ``chunk_rows``, and JSON strings
 ``label_names``, ``dense_names``, ``sparse_names``, ``sparse_hotness`` (ids per sparse feature: feature k owns
-``hotness[k]`` consecutive columns of ``sparse``, so ``S = sum(hotness)``) and ``meta`` (the schema, sources,
-split and options that made it). Each role is its own dataset, so a reader takes only the columns it needs.
+``hotness[k]`` consecutive columns of ``sparse``, so ``S = sum(hotness)``), ``meta`` (the schema, sources,
+split and options that made it) and ``attr_crcs`` (the CRC32 of each of those attributes and of the checksum
+table, see :mod:`gpuemb.io.shard_attrs`). Each role is its own dataset, so a reader takes only the columns it needs.
 
 A shard is written to ``part-*.h5.tmp`` and renamed when complete, so a file named ``.h5`` is never half
-written by a run that stopped. Readers still check ``n_rows`` against every dataset's length, and turn h5py's
-errors into a :class:`~gpuemb.io.errors.ShardError` that names the file.
+written by a run that stopped. What a disk or a copy can still damage is caught: opening checks every attribute's
+form and checksum, the checksum table, and each dataset's shape and dtype; reading a block checks its chunk's
+checksums, so a flipped byte stops a run before its rows reach the model. Every such error, and h5py's own, is a
+:class:`~gpuemb.io.errors.ShardError` that names the file, and the attribute or the dataset and chunk.
+
+Version 1 shards (before checksums) are still read, with a warning: they were written by the same converter, and a
+large data set takes hours to convert again, which the warning suggests.
 """
 import glob
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 
 import h5py
 import numpy as np
 
+from gpuemb.io import shard_attrs as attrs
 from gpuemb.io.batch import Batch
-from gpuemb.io.errors import SchemaError, ShardError
+from gpuemb.io.checksum import array_crcs, first_mismatch
+from gpuemb.io.errors import SchemaError, ShardError, UncheckedShardWarning
 
-FORMAT, VERSION = "gpuemb-shard", 1
+FORMAT, VERSION = "gpuemb-shard", 2
+DATASETS = ("label", "dense", "sparse")
+_NAMES = ("label_names", "dense_names", "sparse_names")
+_READ_ERRORS = (OSError, KeyError, ValueError, TypeError, RuntimeError)
 
 
 @dataclass(frozen=True)
@@ -76,12 +91,17 @@ class ShardWriter:
 
     def __init__(self, folder, layout, options=WriteOptions()):
         self.folder, self.layout, self.options = folder, layout.validate(), options.validate()
+        names = zip(_NAMES, (layout.label_names, layout.dense_names, layout.sparse_names))
+        self.texts = {"format": FORMAT, **{k: json.dumps(list(v)) for k, v in names},
+                      "sparse_hotness": json.dumps(list(layout.hotness or (1,) * len(layout.sparse_names))),
+                      "meta": json.dumps(layout.meta)}
+        attrs.check_texts(self.texts)  # before a row is written: a text too long for an attribute cannot be stored
         os.makedirs(folder, exist_ok=True)
         T, D, S = layout.widths
         c = options.chunk_rows
         self.buf = Batch(np.empty((c, T) if T else c, np.float32), np.empty((c, D), np.float32),
                          np.empty((c, S), np.int64))
-        self.fill, self.file, self.file_rows, self.paths, self.rows = 0, None, 0, [], 0
+        self.fill, self.file, self.file_rows, self.paths, self.rows, self.sums = 0, None, 0, [], 0, []
 
     def append(self, batch):
         """Add the rows of ``batch``."""
@@ -106,11 +126,12 @@ class ShardWriter:
         if self.file is None:
             self._start()
         n, k = self.file_rows, self.fill
-        for name, src in zip(("label", "dense", "sparse"), self.buf.arrays()):
+        for name, src in zip(DATASETS, self.buf.arrays()):
             ds = self.file[name]
             ds.resize(n + k, axis=0)
             if src.size:
                 ds.write_direct(src, np.s_[0:k], np.s_[n:n + k])
+        self.sums.append(array_crcs(src[:k] for src in self.buf.arrays()))
         self.file_rows, self.rows, self.fill = n + k, self.rows + k, 0
         if self.file_rows == self.options.rows_per_shard:
             self._finish()
@@ -118,44 +139,96 @@ class ShardWriter:
     def _start(self):
         path = os.path.join(self.folder, f"part-{len(self.paths):05d}.h5")
         self.file = h5py.File(path + ".tmp", "w")
-        lay, c = self.layout, self.options.chunk_rows
-        for name, src in zip(("label", "dense", "sparse"), self.buf.arrays()):
+        c = self.options.chunk_rows
+        for name, src in zip(DATASETS, self.buf.arrays()):
             width = src.shape[1:]
             # HDF5 chunks must be non-empty: a role with no columns (Avazu's dense) gets an unbounded width.
             self.file.create_dataset(name, shape=(0,) + width, maxshape=(None,) + tuple(w or None for w in width),
                                      dtype=src.dtype, chunks=(c,) + tuple(max(w, 1) for w in width),
                                      compression=self.options.compression)
         a = self.file.attrs
-        a["format"], a["version"], a["chunk_rows"] = FORMAT, VERSION, c
-        a["label_names"], a["dense_names"] = json.dumps(list(lay.label_names)), json.dumps(list(lay.dense_names))
-        a["sparse_names"] = json.dumps(list(lay.sparse_names))
-        a["sparse_hotness"] = json.dumps(list(lay.hotness or (1,) * len(lay.sparse_names)))
-        a["meta"] = json.dumps(lay.meta)
+        a["version"], a["chunk_rows"] = VERSION, c
+        for name, text in self.texts.items():
+            attrs.put_text(a, name, text)
         self.paths.append(path)
 
     def _finish(self):
         if self.file is None:
             return
+        table = np.array(self.sums, np.uint32).reshape(-1, len(DATASETS))
+        self.file.create_dataset("checksums", data=table)
         self.file.attrs["n_rows"] = self.file_rows
+        attrs.put_text(self.file.attrs, attrs.ATTR_CRCS, attrs.record_crcs(self.file.attrs, array_crcs([table])[0]))
         self.file.close()
         os.replace(self.paths[-1] + ".tmp", self.paths[-1])
-        self.file, self.file_rows = None, 0
+        self.file, self.file_rows, self.sums = None, 0, []
 
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """What a shard's attributes say, checked against its datasets."""
+    """What a shard's attributes say, checked against its datasets; ``checksums`` is None in a version 1 shard."""
     path: str
     n_rows: int
     chunk_rows: int
     layout: ShardLayout
+    checksums: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
-def _attr(f, name, path):
-    if name not in f.attrs:
-        raise ShardError(f"{path}: attribute {name!r} is missing, so this is not a complete gpuemb shard; "
-                         "convert the source again")
-    return f.attrs[name]
+def _read_layout(f, path):
+    """The ShardLayout of the attributes, each checked for its form."""
+    names = [tuple(attrs.json_value(f, k, path, attrs.names, "a JSON list of column names")) for k in _NAMES]
+    hotness = tuple(attrs.json_value(f, "sparse_hotness", path, attrs.counts, "a JSON list of integers >= 1"))
+    meta = attrs.json_value(f, "meta", path, lambda v: isinstance(v, dict), "a JSON object") \
+        if "meta" in f.attrs else {}
+    try:
+        return ShardLayout(*names, hotness, meta=meta).validate()
+    except ValueError as e:
+        raise ShardError(f"{path}: attributes 'label_names' or 'sparse_hotness' do not fit ({e}); the file is "
+                         f"corrupt, so {attrs.FIX}") from None
+
+
+def _dataset(f, name, path, where=""):
+    """Dataset ``name``, or a ShardError if it is missing or is something else (a group, a named type)."""
+    if not isinstance(f.get(name), h5py.Dataset):
+        raise ShardError(f"{path}: dataset {name!r} is missing{where}; {attrs.FIX}")
+    return f[name]
+
+
+def _read_checksums(f, path, n_rows, chunk_rows):
+    """The checksum table ``[n_chunks, 3]``, checked for its shape and against the attributes' checksums."""
+    want = (-(-n_rows // chunk_rows), len(DATASETS))
+    ds = _dataset(f, "checksums", path, f" from a version {VERSION} shard")
+    if ds.shape != want or ds.dtype != np.uint32:
+        raise ShardError(f"{path}: dataset 'checksums' is {ds.dtype} {ds.shape}, but {n_rows} rows in chunks of "
+                         f"{chunk_rows} need uint32 {want}; the file is corrupt, so {attrs.FIX}")
+    table = ds[()]
+    attrs.check_crcs(f, path, array_crcs([table])[0])
+    return table
+
+
+def _read_info(f, path):
+    """The ShardInfo of an open shard: attributes, checksum table and datasets checked against each other."""
+    fmt = attrs.raw(f, "format", path)
+    if not (isinstance(fmt, str) and fmt == FORMAT):
+        raise ShardError(f"{path}: attribute 'format' is {attrs.show(fmt)}, not {FORMAT!r}, so this is not a gpuemb "
+                         "shard; give the converter's output")
+    version = attrs.integer(f, "version", path, 1)
+    if version > VERSION:
+        raise ShardError(f"{path}: attribute 'version' is {version}, but this gpuemb reads versions 1 to {VERSION}; "
+                         f"read it with the gpuemb that wrote it, or {attrs.FIX}")
+    if version < 2 and (attrs.ATTR_CRCS in f.attrs or "checksums" in f):
+        raise ShardError(f"{path}: attribute 'version' is {version}, but the shard carries checksums, which came with "
+                         f"version 2; the attribute is corrupt, so {attrs.FIX}")
+    layout = _read_layout(f, path)
+    n_rows, chunk_rows = attrs.integer(f, "n_rows", path, 0), attrs.integer(f, "chunk_rows", path, 1)
+    table = _read_checksums(f, path, n_rows, chunk_rows) if version >= 2 else None
+    for name, width, dtype in zip(DATASETS, layout.widths, (np.float32, np.float32, np.int64)):
+        ds = _dataset(f, name, path)
+        shape = (n_rows,) + ((width,) if name != "label" or width else ())
+        if ds.shape != shape or ds.dtype != dtype:
+            raise ShardError(f"{path}: dataset {name!r} is {ds.dtype} {ds.shape}, but the attributes say "
+                             f"{np.dtype(dtype)} {shape}; the shard is truncated or corrupt, so {attrs.FIX}")
+    return ShardInfo(path, n_rows, chunk_rows, layout, table)
 
 
 def open_shard(path):
@@ -169,25 +242,14 @@ def open_shard(path):
         raise ShardError(f"{path}: cannot be opened as HDF5 ({e}); the file is truncated or corrupt, "
                          "so convert the source again") from None
     try:
-        if _attr(f, "format", path) != FORMAT:
-            raise ShardError(f"{path}: format is {f.attrs['format']!r}, not {FORMAT!r}")
-        layout = ShardLayout(*(tuple(json.loads(_attr(f, k, path))) for k in
-                               ("label_names", "dense_names", "sparse_names", "sparse_hotness")),
-                             meta=json.loads(f.attrs.get("meta", "{}")))
-        info = ShardInfo(path, int(_attr(f, "n_rows", path)), int(_attr(f, "chunk_rows", path)), layout)
-        for name, width in zip(("label", "dense", "sparse"), layout.widths):
-            if name not in f:
-                raise ShardError(f"{path}: dataset {name!r} is missing; convert the source again")
-            shape = f[name].shape
-            if shape[0] != info.n_rows or shape[1:] != ((width,) if name != "label" or width else ()):
-                raise ShardError(f"{path}: dataset {name!r} has shape {shape}, but the attributes say "
-                                 f"{info.n_rows} rows of width {width}; the shard is truncated or corrupt")
-    except (OSError, KeyError, ValueError) as e:
+        return f, _read_info(f, path)
+    except ShardError:
         f.close()
-        if isinstance(e, ShardError):
-            raise
-        raise ShardError(f"{path}: cannot be read ({type(e).__name__}: {e}); the file is corrupt") from None
-    return f, info
+        raise
+    except _READ_ERRORS as e:  # h5py's, from the file's own structures
+        f.close()
+        raise ShardError(f"{path}: cannot be read ({type(e).__name__}: {e}); the file is corrupt, "
+                         f"so {attrs.FIX}") from None
 
 
 def list_shards(location, split=None):
@@ -219,6 +281,11 @@ class ShardSource:
         except Exception:
             self.close()
             raise
+        unchecked = [info.path for info in self.infos if info.checksums is None]
+        if unchecked:
+            warnings.warn(f"{len(unchecked)} of {len(self.infos)} shards, first {unchecked[0]}, are version 1 and "
+                          "carry no checksums, so damage to them goes unnoticed; convert the source again to have "
+                          "every chunk checked", UncheckedShardWarning, stacklevel=2)
         self.layout = self.infos[0].layout
         blocks = [(s, a, min(a + info.chunk_rows, info.n_rows))
                   for s, info in enumerate(self.infos) for a in range(0, info.n_rows, info.chunk_rows)]
@@ -227,20 +294,25 @@ class ShardSource:
         self.n_rows = int(self.block_sizes.sum())
 
     def read_block(self, i):
-        """The rows of block ``i`` as a Batch of fresh arrays."""
+        """The rows of block ``i`` as a Batch of fresh arrays, checked against their chunk's checksums."""
         s, a, b = (int(v) for v in self.blocks[i])
-        f = self.files[s]
+        f, info = self.files[s], self.infos[s]
         out = []
         try:
-            for name in ("label", "dense", "sparse"):
+            for name in DATASETS:
                 ds = f[name]
                 arr = np.empty((b - a,) + ds.shape[1:], ds.dtype)
                 if arr.size:
                     ds.read_direct(arr, np.s_[a:b])
                 out.append(arr)
-        except (OSError, ValueError) as e:
-            raise ShardError(f"{self.infos[s].path}: rows {a}:{b} of {name!r} cannot be read ({e}); "
-                             "the file is truncated or corrupt, so convert the source again") from None
+        except _READ_ERRORS as e:
+            raise ShardError(f"{info.path}: rows {a}:{b} of {name!r} cannot be read ({e}); "
+                             f"the file is truncated or corrupt, so {attrs.FIX}") from None
+        k = a // info.chunk_rows
+        bad = None if info.checksums is None else first_mismatch(out, DATASETS, info.checksums[k])
+        if bad:
+            raise ShardError(f"{info.path}: dataset {bad[0]!r}, chunk {k} (rows {a}:{b}) has checksum {bad[1]:#010x}, "
+                             f"but the shard recorded {bad[2]:#010x}; the file is corrupt, so {attrs.FIX}")
         return Batch(*out)
 
     def close(self):

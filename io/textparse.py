@@ -11,10 +11,15 @@ import numpy as np
 from gpuemb.io.hashing import KIND_HEX, KIND_INT, MISSING, fnv1a, hex_value, int_value, mix_salted, slot_salt
 
 ROLE_CODES = {"ignore": 0, "label": 1, "dense": 2, "categorical": 3}
-OK, BAD_FIELDS, BAD_NUMBER, BAD_HEX, BAD_INT, BAD_LABEL = range(6)
+OK, BAD_FIELDS, BAD_NUMBER, BAD_HEX, BAD_INT, BAD_LABEL, BAD_RANGE = range(7)
 REASONS = {BAD_FIELDS: "wrong field count", BAD_NUMBER: "dense value is not a number", BAD_HEX: "bad hex token",
-           BAD_INT: "bad integer token", BAD_LABEL: "label is not a number"}
+           BAD_INT: "bad integer token", BAD_LABEL: "label is not a number",
+           BAD_RANGE: "number is out of float32 range (|x| > 3.4e38)"}
 _POW10 = np.array([10.0 ** k for k in range(23)])
+# Values are stored as float32: a larger one would be inf, which the model cannot learn from.
+F32_MAX = float(np.finfo(np.float32).max)
+# Digits past this many significant ones cannot change a double, so they only move the decimal point.
+_MAX_SIGNIFICANT = 19
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -22,23 +27,31 @@ def parse_number(buf, a, b):
     """(value, ok) of a decimal number ``[-+]digits[.digits][e[-+]digits]`` in ``buf[a:b]``.
 
     The digits are gathered as an integer and scaled once by an exact power of ten, so ``260`` and ``260.0``
-    give the same double, and so does any number with at most 15 significant digits and a short exponent.
+    give the same double, and so does any number with at most 15 significant digits and a short exponent. Only
+    the first 19 significant digits are gathered, so ``1.000...`` with a million zeros is 1.0, not inf/inf, and
+    a number a million digits long is +-inf (which the callers reject), parsed in one linear pass.
     """
     i, neg = a, False
     if i < b and (buf[i] == 45 or buf[i] == 43):
         neg = buf[i] == 45
         i += 1
-    m, digits, exp10 = 0.0, 0, 0
+    m, digits, significant, exp10 = 0.0, 0, 0, 0
     while i < b and 48 <= buf[i] <= 57:
-        m = m * 10.0 + (buf[i] - 48)
+        if significant < _MAX_SIGNIFICANT:
+            m = m * 10.0 + (buf[i] - 48)
+            significant += m > 0.0
+        else:
+            exp10 += 1
         digits += 1
         i += 1
     if i < b and buf[i] == 46:
         i += 1
         while i < b and 48 <= buf[i] <= 57:
-            m = m * 10.0 + (buf[i] - 48)
+            if significant < _MAX_SIGNIFICANT:
+                m = m * 10.0 + (buf[i] - 48)
+                significant += m > 0.0
+                exp10 -= 1
             digits += 1
-            exp10 -= 1
             i += 1
     if digits == 0:
         return 0.0, False
@@ -57,10 +70,15 @@ def parse_number(buf, a, b):
         exp10 += -e if eneg else e
     if i != b:
         return 0.0, False
-    if exp10 < 0:
-        m = m / _POW10[-exp10] if -exp10 <= 22 else m * 10.0 ** exp10
-    elif exp10 > 0:
-        m = m * _POW10[exp10] if exp10 <= 22 else m * 10.0 ** exp10
+    if m == 0.0:
+        return 0.0, True  # 0e99999 is 0, not 0 * inf
+    # Scale by exact powers of ten, 22 at a time: 10.0 ** -317 alone underflows though m * 10 ** -317 need not.
+    while exp10 < -22 and m != 0.0:
+        m, exp10 = m / _POW10[22], exp10 + 22
+    while exp10 > 22 and m != np.inf:
+        m, exp10 = m * _POW10[22], exp10 - 22
+    exp10 = min(max(exp10, -22), 22)  # where a loop stopped early m is 0 or inf, which further scaling keeps
+    m = m / _POW10[-exp10] if exp10 < 0 else m * _POW10[exp10]
     return -m if neg else m, True
 
 
@@ -83,16 +101,18 @@ def _field(buf, a, b, i, role, kind, slot, salt, pos_tok, pos_off, log1p, label,
             return OK
         v, ok = parse_number(buf, a, b)
         label[i, slot] = v
-        return OK if ok else BAD_LABEL
+        return BAD_LABEL if not ok else OK if abs(v) <= F32_MAX else BAD_RANGE
     if role == 2:
         if a == b:
             dense[i, slot] = 0.0
             return OK
         v, ok = parse_number(buf, a, b)
-        if log1p:
-            v = np.log1p(max(v, 0.0))
-        dense[i, slot] = v
-        return OK if ok else BAD_NUMBER
+        if not ok:
+            return BAD_NUMBER
+        if not abs(v) <= F32_MAX:
+            return BAD_RANGE
+        dense[i, slot] = np.log1p(max(v, 0.0)) if log1p else v
+        return OK
     if role == 3:
         if a == b:
             sparse[i, slot] = mix_salted(MISSING, salt)

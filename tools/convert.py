@@ -7,13 +7,15 @@
     python tools/convert.py census census-income.data --out shards
     python tools/convert.py synthetic --preset small --rows 1000000 --test-rows 100000 --out shards
 
-It prints rows per split, rows/s and the bad lines it skipped (the first few as file:line: reason).
+It prints rows per split, rows/s and the bad lines it skipped (the first few as file:line: reason). Input that
+gives no good rows at all is an error (exit 1), as is any other bad input: one line says what and where.
 """
 import argparse
 import sys
+import warnings
 
 from gpuemb.io.convert import ConvertOptions, convert
-from gpuemb.io.errors import DataError
+from gpuemb.io.errors import BadLineWarning, DataError
 from gpuemb.io.formats import FORMATS, schema_for
 from gpuemb.io.reader import ReadOptions
 from gpuemb.io.shards import WriteOptions
@@ -76,7 +78,9 @@ def main(argv=None):
                              args.cap[0] if len(args.cap) == 1 else tuple(args.cap),
                              ReadOptions(dense_log1p=not args.no_log1p, strict=args.strict), write)
     try:
-        report = convert(inputs, args.out, schema_of(args), options)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", BadLineWarning)  # the report below lists them, once each
+            report = convert(inputs, args.out, schema_of(args), options)
     except DataError as e:
         print(f"convert.py: {e}", file=sys.stderr)
         return 1

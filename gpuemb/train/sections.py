@@ -185,7 +185,7 @@ class OutputSettings(Section):
     eval_every: int = setting(None, "steps between evaluations (default: four a run), and one at the end",
                               kind="int", low=1, resumable=True)
     log_every: int = setting(50, "steps between training metric lines", low=1, resumable=True)
-    progress: bool = setting(True, "--no-progress: no progress bar (plain lines instead)", flag="--no-progress",
+    progress: bool = setting(True, "print plain lines instead of a progress bar", flag="--no-progress",
                              resumable=True)
 
 

@@ -7,11 +7,13 @@ import pytest
 
 from gpuemb.io.avazu import read_avazu
 from gpuemb.io.batch import Batch
+from gpuemb.io.checksum import array_crcs
 from gpuemb.io.convert import convert
 from gpuemb.io.criteo import criteo_schema, read_criteo
 from gpuemb.io.csv_reader import read_csv
 from gpuemb.io.errors import BadLineError, BadLineWarning, DataError, SchemaError, ShardError
 from gpuemb.io.reader import ReadOptions, TextReader
+from gpuemb.io.shard_attrs import record_crcs
 from gpuemb.io.shards import ShardSource, open_shard
 
 TSV = "criteo_sample.tsv"
@@ -127,7 +129,12 @@ def test_truncated_shard_is_detected(shard):
 def test_shard_whose_rows_disagree_with_its_attributes_is_detected(shard):
     with h5py.File(shard, "r+") as f:
         f.attrs["n_rows"] = 250
-    with pytest.raises(ShardError, match="dataset 'label' has shape \\(200,\\), but the attributes say 250 rows"):
+    with pytest.raises(ShardError, match="attribute 'n_rows' has checksum 0x[0-9a-f]{8}, but attr_crcs recorded"):
+        open_shard(shard)
+    with h5py.File(shard, "r+") as f:  # as a hand edit would, with the checksums made again
+        f.attrs["attr_crcs"] = record_crcs(f.attrs, array_crcs([f["checksums"][()]])[0])
+    with pytest.raises(ShardError, match="dataset 'label' is float32 \\(200,\\), but the attributes say float32 "
+                                         "\\(250,\\); the shard is truncated or corrupt"):
         open_shard(shard)
 
 

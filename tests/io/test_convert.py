@@ -1,6 +1,9 @@
 """The converter: identical shards from the Criteo TSV and CSV, the layout, splits, threshold and caps."""
 import json
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -9,12 +12,15 @@ import pytest
 from gpuemb.io import criteo
 from gpuemb.io.batch import Batch
 from gpuemb.io.census import census_schema
-from gpuemb.io.convert import ConvertOptions, convert
+from gpuemb.io.convert import ConvertOptions, ConvertReport, convert
 from gpuemb.io.csv_reader import csv_schema
 from gpuemb.io.criteo import criteo_schema, read_criteo
+from gpuemb.io.errors import DataError
 from gpuemb.io.hashing import rare_id
 from gpuemb.io.schema import Schema
 from gpuemb.io.shards import ShardSource, WriteOptions
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "convert.py"
 
 
 def load(paths):
@@ -129,3 +135,37 @@ def test_cli_converts_with_a_split_by_file_and_reports_errors(data, tmp_path, ca
     assert load(str(tmp_path / "test")).sparse.max() < 100
     assert tool.main(["criteo", str(tmp_path / "missing.tsv"), "--out", str(tmp_path / "x")]) == 1
     assert "missing.tsv: no such file" in capsys.readouterr().err
+
+
+def test_inputs_with_no_good_row_are_an_error_that_says_why(data, damaged, tmp_path):
+    short = "\t".join((data / "criteo_sample.tsv").read_text().split("\n")[0].split("\t")[:30])
+    path = damaged("criteo_sample.tsv", {n: short for n in range(1, 201)})
+    with pytest.warns(UserWarning), pytest.raises(DataError) as err:
+        convert([path], tmp_path / "out", criteo_schema())
+    assert str(err.value) == (f"the inputs gave 0 good rows (0 rows read, 200 bad lines skipped (wrong field count: "
+                              f"200); first: {path}:1: expected 40 fields, found 30); fix the lines reported, or "
+                              "check that the files are in the format given")
+    with pytest.warns(UserWarning), pytest.raises(DataError, match=f"the test files \\['{path}'\\] gave 0 good rows"):
+        convert({"train": [data / "criteo_sample.tsv"], "test": [path]}, tmp_path / "out2", criteo_schema())
+
+
+def test_a_report_of_no_rows_says_0():
+    assert str(ConvertReport(seconds=0.25)).startswith("0 rows in 0.25 s (0 rows/s); 0 rows read")
+
+
+def test_the_tool_exits_1_with_one_line_when_no_row_is_good(data, damaged, tmp_path):
+    path = damaged("criteo_sample.tsv", {n: "1\t2\t3" for n in range(1, 201)})
+    run = subprocess.run([sys.executable, str(TOOL), "criteo", str(path), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr.splitlines() == [f"convert.py: the inputs gave 0 good rows (0 rows read, 200 bad lines skipped "
+                                       f"(wrong field count: 200); first: {path}:1: expected 40 fields, found 3); fix "
+                                       "the lines reported, or check that the files are in the format given"]
+
+
+def test_the_meta_of_many_inputs_lists_the_first_hundred(data, tmp_path):
+    report = convert([data / "criteo_sample.tsv"] * 150, tmp_path, criteo_schema())
+    with h5py.File(report.paths["train"][0]) as f:
+        sources = json.loads(f.attrs["meta"])["sources"]
+    assert sources == [str(data / "criteo_sample.tsv")] * 100 + ["... and 50 more"]
+    assert report.rows == {"train": 30_000}
