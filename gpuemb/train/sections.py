@@ -194,7 +194,7 @@ class RunSettings(Section):
     seed: int = setting(0, "seeds the model, the data order and the synthetic data", low=0)
     device: str = setting(None, "overrides GPUEMB_DEVICE (default: GPUEMB_DEVICE, else auto)",
                           choices=backend.DEVICES, resumable=True)
-    pipeline: bool = setting(True, "--no-pipeline: prepare each batch after the last one computed, instead of "
+    pipeline: bool = setting(True, "prepare each batch after the last one computed, instead of "
                              "during it (the same results)", flag="--no-pipeline", resumable=True)
     deterministic: int = setting(0, "the same weights, rows and metrics, bit for bit, on any number of ranks that "
                                  "divides N: each global batch runs in N fixed micro-slices, whose gradients are "

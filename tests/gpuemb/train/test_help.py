@@ -14,6 +14,7 @@ def test_inverted_flags_show_no_default():
     for f in INVERTED:
         kw = _argument(f)
         assert kw["action"] == "store_false" and "default" not in kw["help"], (flag_of(f), kw["help"])
+        assert flag_of(f) not in kw["help"], kw["help"]  # "--no-x: ... progress bar" read as if it showed one
 
 
 def test_no_progress_says_it_turns_the_bar_off():
