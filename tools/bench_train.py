@@ -1,7 +1,9 @@
-"""End-to-end training throughput of a DLRM, beside a plain PyTorch DLRM of the same config on the same batches.
+"""End-to-end training throughput of a DLRM, beside TorchRec's and a plain PyTorch DLRM of the same config, on
+the same batches, in the same run.
 
     python tools/bench_train.py [--config kaggle mlperf] [--batch-size 2048] [--steps 30] [--warmup 5]
-                                [--stores device host ssd] [--pipeline on|off|both] [--no-torch] [--json FILE]
+                                [--stores device host ssd] [--pipeline on|off|both] [--optimizer RULE]
+                                [--no-torchrec] [--no-torch] [--json FILE]
 
 Configs (Criteo Kaggle's 26 cardinalities, each capped at ``--cap``; 13 dense features):
 - ``kaggle``: dim 16, bottom MLP 512-256-64-16, top 512-256-1, tables capped at 1,000,000 rows (5.6M in all);
@@ -10,8 +12,11 @@ Configs (Criteo Kaggle's 26 cardinalities, each capped at ``--cap``; 13 dense fe
 Stores: ``device`` (every row in device memory), ``host`` (a device cache of 10% of the rows over host memory)
 and ``ssd`` (the same cache over an HDF5 file). The data is synthetic, Zipf(1.05) ids per table, made before any
 timing; both sides read it through the same ``gpuemb.io`` Loader, so they train on the same batches in the same
-order. Both use ``--optimizer`` (SGD or Adagrad) on the dense layers and the rows. A run trains ``--warmup``
-steps (numba compiles, caches fill), then times ``--steps``: samples/s is their samples over their seconds.
+order. All use ``--optimizer`` on the rows (sgd, adagrad or rowwise_adagrad; plain torch has no row-wise rule,
+so it sits that one out) and SGD or Adagrad on the dense layers. The TorchRec peer (``bench_train_torchrec.py``,
+which says how to install it) fuses its rows' update into the backward, as gpuemb does; the plain one steps
+``nn.EmbeddingBag``'s sparse gradients with torch's optimizer. A run trains ``--warmup`` steps (numba compiles,
+caches fill), then times ``--steps``: samples/s is their samples over their seconds.
 
 ``--overhead`` adds the share of a step spent outside kernels and BLAS, bounded from above by the step time at
 a tiny batch (``OVERHEAD_BATCH``, where the arrays are too small to cost anything) over the step time at
@@ -31,6 +36,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 import bench_train_torch
+import bench_train_torchrec
 from gpuemb.autograd import backend, transfers
 from gpuemb.io import synthetic
 from gpuemb.io.loader import Loader, LoaderConfig
@@ -39,8 +45,10 @@ from gpuemb.train.data import DataSet
 from gpuemb.train.loop import Batches
 from gpuemb.train.run import Run
 
+PEERS = {"torchrec": "TorchRec DLRM (FBGEMM TBE)", "torch": "torch DLRM"}  # the peer columns, strongest first
 CACHE_FRACTION = 0.10  # the host and ssd stores' device cache, as a share of all the rows of the tables
 OVERHEAD_BATCH = 32
+DENSE = {"sgd": "sgd", "adagrad": "adagrad", "rowwise_adagrad": "adagrad"}  # the dense layers' rule, by the rows'
 
 
 @dataclass(frozen=True)
@@ -83,7 +91,7 @@ def train_config(bc, args, store, pipeline, batch_size):
     cache = int(CACHE_FRACTION * sum(bc.cardinalities())) if store != "device" else 0
     return TrainConfig.from_dict(dict(
         model="dlrm", model_args={"bottom": list(bc.bottom), "top": list(bc.top)}, embedding_dim=bc.dim,
-        batch_size=batch_size, optimizer=args.optimizer, embedding_optimizer=args.optimizer, lr=args.lr,
+        batch_size=batch_size, optimizer=DENSE[args.optimizer], embedding_optimizer=args.optimizer, lr=args.lr,
         embedding_lr=args.lr, store=store, cache_rows=cache, steps=args.warmup + args.steps + 1, progress=False,
         pipeline=pipeline, seed=0))
 
@@ -119,13 +127,22 @@ def ours(config, data, warmup, steps, profile=None):
         run.close()
 
 
-def torch_peer(bc, data, args):
-    """The PyTorch DLRM's samples/s and mean loss on the same batches as ours (the Run's loader settings)."""
-    model = bench_train_torch.build(13, bc.cardinalities(), bc.dim, bc.bottom, bc.top)
+def peer(name, bc, data, args):
+    """A peer's samples/s and mean loss on the same batches as ours (the Run's loader settings): "torchrec" or
+    "torch"."""
+    n = len(bc.cardinalities())
+    if name == "torchrec":
+        model = bench_train_torchrec.build(13, bc.cardinalities(), bc.dim, bc.bottom, bc.top, args.optimizer, args.lr)
+    else:
+        model = bench_train_torch.build(13, bc.cardinalities(), bc.dim, bc.bottom, bc.top)
     loader = Loader(data.train, LoaderConfig(args.batch_size, shuffle=True, seed=0))
     with Batches(loader) as batches:
-        rate, loss = bench_train_torch.samples_per_s(model, batches, args.warmup, args.steps, args.optimizer,
-                                                     args.lr, cuda=backend.DEVICE == "cuda")
+        if name == "torchrec":
+            rate, loss = bench_train_torchrec.samples_per_s(model, batches, args.warmup, args.steps, args.optimizer,
+                                                            args.lr, n)
+        else:
+            rate, loss = bench_train_torch.samples_per_s(model, batches, args.warmup, args.steps, args.optimizer,
+                                                         args.lr, cuda=backend.DEVICE == "cuda")
     return {"samples_per_s": rate, "step_ms": 1e3 * args.batch_size / rate, "loss": loss}
 
 
@@ -150,10 +167,12 @@ def bench(name, args, pipelines):
           f"{'-'.join(map(str, bc.top + (1,)))}, 26 tables capped at {bc.cap:,} ({sum(bc.cardinalities()):,} rows), "
           f"batch {args.batch_size}, {args.warmup} + {args.steps} timed steps, {args.optimizer} lr {args.lr:g}",
           flush=True)
-    peer = torch_peer(bc, data, args) if args.torch else None
-    if peer:
-        print(f"  torch DLRM                 {peer['samples_per_s']:>12,.0f} samples/s  ({peer['step_ms']:.1f} ms "
-              f"a step)", flush=True)
+    peers = {}
+    for name in PEERS:
+        if getattr(args, name):
+            peers[name] = p = peer(name, bc, data, args)
+            print(f"  {PEERS[name]:<27}{p['samples_per_s']:>12,.0f} samples/s  ({p['step_ms']:.1f} ms a step, "
+                  f"loss {p['loss']:.4f})", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
         for store in args.stores:
@@ -164,15 +183,14 @@ def bench(name, args, pipelines):
                 profile = args.profile if store == "device" and pipeline == pipelines[0] else None
                 r = {"config": name, "store": store, "pipeline": "on" if pipeline else "off",
                      **ours(config, data, args.warmup, args.steps, profile)}
-                if peer:
-                    r["torch_samples_per_s"] = peer["samples_per_s"]
-                    r["vs_torch"] = r["samples_per_s"] / peer["samples_per_s"]
+                for name, p in peers.items():
+                    r[f"vs_{name}"] = r["samples_per_s"] / p["samples_per_s"]
                 device = next((x for x in rows if x["store"] == "device" and x["pipeline"] == r["pipeline"]), None)
                 r["vs_device"] = r["samples_per_s"] / device["samples_per_s"] if device else None
                 rows.append(r)
                 print("  " + format_row(r), flush=True)
     result = {"config": name, "shape": asdict(bc), "rows_in_tables": sum(bc.cardinalities()),
-              "cache_rows": int(CACHE_FRACTION * sum(bc.cardinalities())), "torch": peer, "rows": rows}
+              "cache_rows": int(CACHE_FRACTION * sum(bc.cardinalities())), "peers": peers, "rows": rows}
     if args.overhead:
         result["overhead"] = overhead(bc, args)
         o = result["overhead"]
@@ -187,7 +205,8 @@ def format_row(r):
     t = r["transfers_per_step"]  # host-device crossings: all zero on the CPU, where nothing crosses
     hit = f"{r['hit_rate']:.2f}" if r["hit_rate"] is not None and r["store"] != "device" else "-"
     return (f"gpuemb {r['store']:<6} pipeline {r['pipeline']:<3} {r['samples_per_s']:>12,.0f} samples/s  "
-            f"({r['step_ms']:.1f} ms)  vs torch {ratio('vs_torch')}  vs device {ratio('vs_device')}  "
+            f"({r['step_ms']:.1f} ms, loss {r['loss']:.4f})  vs torchrec {ratio('vs_torchrec')}  vs torch "
+            f"{ratio('vs_torch')}  vs device {ratio('vs_device')}  "
             f"cache hits {hit}\n    per step: {t['to_device']:.1f} to the device, {t['to_host']:.1f} to the host, "
             f"{t['syncs']:.1f} syncs, {t['bytes'] / 1e6:.2f} MB")
 
@@ -200,11 +219,12 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=5, help="steps before timing (default 5)")
     ap.add_argument("--stores", nargs="+", choices=("device", "host", "ssd"), default=["device", "host", "ssd"])
     ap.add_argument("--pipeline", choices=("on", "off", "both"), default="both")
-    ap.add_argument("--optimizer", choices=("sgd", "adagrad"), default="adagrad",
-                    help="of the dense layers and the rows, on both sides (default adagrad)")
+    ap.add_argument("--optimizer", choices=tuple(DENSE), default="adagrad",
+                    help="the rows' rule on every side, and SGD or Adagrad for the dense layers (default adagrad)")
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--cap", type=int, help="rows per table at most (default: the config's)")
-    ap.add_argument("--no-torch", dest="torch", action="store_false", help="skip the PyTorch peer")
+    ap.add_argument("--no-torchrec", dest="torchrec", action="store_false", help="skip the TorchRec peer")
+    ap.add_argument("--no-torch", dest="torch", action="store_false", help="skip the plain PyTorch peer")
     ap.add_argument("--overhead", action="store_true", help="also bound the share of a step outside kernels/BLAS")
     ap.add_argument("--profile", metavar="FILE", help="cProfile the device store's timed steps into FILE")
     ap.add_argument("--json", metavar="FILE", help="also write every row and the settings as JSON")
@@ -212,8 +232,18 @@ def main(argv=None):
     if min(args.batch_size, args.steps) < 1 or args.warmup < 0:
         ap.error("--batch-size and --steps must be >= 1, --warmup >= 0")
     if args.torch and not bench_train_torch.available():
-        print("torch does not import here: no peer column (install torch, or pass --no-torch)")
+        print("torch does not import here: no plain torch column (install torch, or pass --no-torch)")
         args.torch = False
+    if args.torch and args.optimizer == "rowwise_adagrad":
+        print("plain torch has no row-wise Adagrad for its rows: no plain torch column")
+        args.torch = False
+    why = bench_train_torchrec.available() if args.torchrec else None
+    if args.torchrec and backend.DEVICE != "cpu":  # its CPU build against our GPU would flatter us
+        why = "the peer is wired for FBGEMM's CPU build only; its CUDA table-batched embedding is not yet"
+    if why:
+        print(f"torchrec does not import here ({why}): no TorchRec column; tools/bench_train_torchrec.py says how "
+              "to install it, or pass --no-torchrec")
+        args.torchrec = False
     pipelines = {"on": (True,), "off": (False,), "both": (True, False)}[args.pipeline]
     info = backend.device_info()
     print(f"device: {info['device']} ({info.get('gpu', 'numpy')}); load average {os.getloadavg()[0]:.2f}")

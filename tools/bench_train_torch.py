@@ -54,16 +54,26 @@ def build(n_dense, cardinalities, dim, bottom, top, seed=0):
     return DLRM()
 
 
-def samples_per_s(model, batches, warmup, steps, optimizer="adagrad", lr=0.01, cuda=False):
+def dense_optimizer(optimizer, params, lr):
+    """torch's SGD or Adagrad (for "adagrad" and "rowwise_adagrad" alike: row-wise is a rule of rows only)."""
+    import torch
+
+    return (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adagrad)(params, lr=lr)
+
+
+def samples_per_s(model, batches, warmup, steps, optimizer="adagrad", lr=0.01, cuda=False, inputs=None,
+                  params=None):
     """Train ``model`` on ``warmup + steps`` batches of ``batches`` (an iterator of gpuemb ``Batch``, NumPy or
     CuPy arrays, taken through DLPack without a copy); returns (samples/s over the last ``steps``, their mean
-    loss). ``cuda``: train on the GPU, where gpuemb trains."""
+    loss). ``cuda``: train on the GPU, where gpuemb trains. ``inputs(dense, sparse)``: the model's arguments
+    (by default the two tensors), made inside the timed loop as a user's input pipeline would; ``params``: those
+    the dense optimizer steps (by default all: plain torch's sparse tables take its sparse gradients)."""
     import torch
 
     warnings.filterwarnings("ignore", "Sparse invariant checks")  # torch's note on every sparse Adagrad step
     device = torch.device("cuda" if cuda else "cpu")
     model = model.to(device)
-    opt = (torch.optim.Adagrad if optimizer == "adagrad" else torch.optim.SGD)(model.parameters(), lr=lr)
+    opt = dense_optimizer(optimizer, model.parameters() if params is None else params, lr)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     sync = torch.cuda.synchronize if cuda else None
     losses, samples = [], 0
@@ -74,7 +84,8 @@ def samples_per_s(model, batches, warmup, steps, optimizer="adagrad", lr=0.01, c
             start = time.perf_counter()
         batch = next(batches)
         label, dense, sparse = (torch.from_dlpack(a).to(device) for a in batch.arrays())
-        loss = loss_fn(model(dense, sparse), label)
+        logits = model(*(inputs(dense, sparse) if inputs else (dense, sparse)))
+        loss = loss_fn(logits.reshape(label.shape), label)
         opt.zero_grad()
         loss.backward()
         opt.step()

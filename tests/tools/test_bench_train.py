@@ -20,11 +20,11 @@ def tool(name, *args):
 
 
 def test_every_store_with_and_without_the_pipeline_prints_and_writes_its_rate(tmp_path):
-    out = tool("bench_train.py", *TINY, "--no-torch", "--json", str(tmp_path / "t.json"))
+    out = tool("bench_train.py", *TINY, "--no-torch", "--no-torchrec", "--json", str(tmp_path / "t.json"))
     assert out.returncode == 0, out.stderr
     r = json.loads((tmp_path / "t.json").read_text())
     (result,) = r["results"]
-    assert result["torch"] is None and result["cache_rows"] == int(0.1 * result["rows_in_tables"]) > 0
+    assert result["peers"] == {} and result["cache_rows"] == int(0.1 * result["rows_in_tables"]) > 0
     got = [(row["store"], row["pipeline"]) for row in result["rows"]]
     assert got == [(s, p) for s in ("device", "host", "ssd") for p in ("on", "off")]
     for row in result["rows"]:
@@ -34,19 +34,36 @@ def test_every_store_with_and_without_the_pipeline_prints_and_writes_its_rate(tm
         assert row["store"] == "device" or 0 <= row["hit_rate"] <= 1, row
     assert result["rows"][2]["vs_device"] == pytest.approx(
         result["rows"][2]["samples_per_s"] / result["rows"][0]["samples_per_s"])
-    assert out.stdout.count("gpuemb ") == 6 and "torch DLRM" not in out.stdout
+    assert out.stdout.count("gpuemb ") == 6 and "DLRM" not in out.stdout
 
 
 def test_the_torch_peer_trains_the_same_batches_side_by_side(tmp_path):
     pytest.importorskip("torch", reason="the peer needs torch, which the test extra installs")
-    out = tool("bench_train.py", *TINY, "--stores", "device", "--pipeline", "on", "--json", str(tmp_path / "t.json"))
+    out = tool("bench_train.py", *TINY, "--stores", "device", "--pipeline", "on", "--no-torchrec", "--json",
+               str(tmp_path / "t.json"))
     assert out.returncode == 0, out.stderr
     (result,) = json.loads((tmp_path / "t.json").read_text())["results"]
-    peer, (row,) = result["torch"], result["rows"]
+    peer, (row,) = result["peers"]["torch"], result["rows"]
     assert peer["samples_per_s"] > 0 and row["vs_torch"] == pytest.approx(row["samples_per_s"] / peer["samples_per_s"])
     # Same data, small initial rows on both sides: both near the log-loss of a 25% click rate (0.56) or log 2.
     assert 0.3 < peer["loss"] < 1.5 and 0.3 < row["loss"] < 1.5
     assert "torch DLRM" in out.stdout and "vs torch" in out.stdout
+
+
+@pytest.mark.parametrize("rule", ["sgd", "rowwise_adagrad"])
+def test_the_torchrec_peer_trains_the_same_batches_side_by_side(tmp_path, rule):
+    pytest.importorskip("torchrec", reason="the TorchRec peer is not installed: tools/bench_train_torchrec.py says how")
+    # 8 steps: TorchRec's DLRM starts from torch's default dense init, which dense Adagrad shakes for a few steps
+    out = tool("bench_train.py", *TINY, "--steps", "8", "--stores", "device", "--pipeline", "on", "--optimizer", rule,
+               "--json", str(tmp_path / "t.json"))
+    assert out.returncode == 0, out.stderr
+    (result,) = json.loads((tmp_path / "t.json").read_text())["results"]
+    peer, (row,) = result["peers"]["torchrec"], result["rows"]
+    assert row["vs_torchrec"] == pytest.approx(row["samples_per_s"] / peer["samples_per_s"])
+    assert 0.3 < peer["loss"] < 1.5 and 0.3 < row["loss"] < 1.5  # the same data, both learning from log 2
+    assert "TorchRec DLRM (FBGEMM TBE)" in out.stdout and "vs torchrec" in out.stdout
+    # plain torch has no row-wise rule for its rows, so it sits that one out rather than train another rule
+    assert ("torch" in result["peers"]) == (rule == "sgd")
 
 
 def _floor_module():
