@@ -18,7 +18,8 @@ which says how to install it) fuses its rows' update into the backward, as gpuem
 ``nn.EmbeddingBag``'s sparse gradients with torch's optimizer. A run trains ``--warmup`` steps (numba compiles,
 caches fill), then times ``--steps``: samples/s is their samples over their seconds.
 
-``--overhead`` adds the share of a step spent outside kernels and BLAS, bounded from above by the step time at
+On the CPU, each config ends with its GEMM floor (``gemm_floor.py``: the step's MLP matmuls timed bare in the
+same run) and each row's step time over it. ``--overhead`` adds the share of a step spent outside kernels and BLAS, bounded from above by the step time at
 a tiny batch (``OVERHEAD_BATCH``, where the arrays are too small to cost anything) over the step time at
 ``--batch-size``; ``--profile FILE`` writes a cProfile of the device store's timed steps.
 
@@ -37,6 +38,7 @@ import numpy as np
 
 import bench_train_torch
 import bench_train_torchrec
+import gemm_floor
 from gpuemb.autograd import backend, transfers
 from gpuemb.io import synthetic
 from gpuemb.io.loader import Loader, LoaderConfig
@@ -191,6 +193,13 @@ def bench(name, args, pipelines):
                 print("  " + format_row(r), flush=True)
     result = {"config": name, "shape": asdict(bc), "rows_in_tables": sum(bc.cardinalities()),
               "cache_rows": int(CACHE_FRACTION * sum(bc.cardinalities())), "peers": peers, "rows": rows}
+    if backend.DEVICE == "cpu":  # NumPy's BLAS is the CPU step's; a GPU's floor is tools/gpu_floor.py's
+        result["gemm_floor_ms"] = f = gemm_floor.gemm_floor_ms(bc, args.batch_size)
+        for r in rows:
+            r["vs_gemm_floor"] = r["step_ms"] / f
+        best = min(r["step_ms"] for r in rows) if rows else None
+        print(f"  GEMM floor (the step's MLP matmuls timed bare, same run): {f:.1f} ms"
+              + (f"; the fastest step above is {best / f:.2f}x it" if best else ""), flush=True)
     if args.overhead:
         result["overhead"] = overhead(bc, args)
         o = result["overhead"]

@@ -21,6 +21,7 @@ import numpy as np
 
 from bench_ops import ceilings
 from bench_train import CONFIGS, dataset
+from gemm_floor import mlp_layers
 from gpuemb.autograd import backend
 
 STATE_FLOATS = {"sgd": 0, "adagrad": 1}  # optimizer floats per weight, beside it in the row
@@ -32,12 +33,10 @@ def unique_rows(bc, batch_size):
     return int(sum(np.unique(sparse[:, t]).size for t in range(sparse.shape[1])))
 
 
-def mlp_flops(bc, batch_size, n_dense=13, n_tables=26, pad_to=8):
+def mlp_flops(bc, batch_size, n_tables=26):
     """FLOPs of the MLPs and the interaction in a forward and backward of ``batch_size`` samples."""
     F = n_tables + 1
-    width = -(-(bc.dim + F * (F - 1) // 2) // pad_to) * pad_to
-    layers = [n_dense, *bc.bottom, bc.dim], [width, *bc.top, 1]
-    macs = sum(a * b for sizes in layers for a, b in zip(sizes[:-1], sizes[1:]))
+    macs = sum(a * b for sizes in mlp_layers(bc) for a, b in zip(sizes[:-1], sizes[1:]))
     return 6 * batch_size * (macs + F * F * bc.dim)
 
 

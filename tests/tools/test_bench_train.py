@@ -35,6 +35,9 @@ def test_every_store_with_and_without_the_pipeline_prints_and_writes_its_rate(tm
     assert result["rows"][2]["vs_device"] == pytest.approx(
         result["rows"][2]["samples_per_s"] / result["rows"][0]["samples_per_s"])
     assert out.stdout.count("gpuemb ") == 6 and "DLRM" not in out.stdout
+    # the floor: the step's matmuls alone, so a whole step (lookups, epilogues, interaction too) takes longer
+    assert 0 < result["gemm_floor_ms"] and all(row["vs_gemm_floor"] > 1 for row in result["rows"]), result
+    assert "GEMM floor" in out.stdout
 
 
 def test_the_torch_peer_trains_the_same_batches_side_by_side(tmp_path):
@@ -87,6 +90,25 @@ def test_the_floor_counts_row_bytes_and_mlp_flops_by_hand():
     assert f["row_bytes"] == 1000 * (64 + 2 * 128)  # lookup reads 16 floats; the update reads and writes 32
     assert f["memory_ms"] == pytest.approx(1e3 * f["row_bytes"] / 1e9)
     assert f["floor_ms"] == max(f["memory_ms"], f["compute_ms"]) and f["bound"] == "memory"
+
+
+def test_the_gemm_floor_times_each_matmul_of_a_step_once():
+    sys.path.insert(0, str(TOOLS))
+    try:
+        import bench_train
+        import gemm_floor
+    finally:
+        sys.path.remove(str(TOOLS))
+    bc = bench_train.CONFIGS["kaggle"]
+    assert gemm_floor.mlp_layers(bc) == ([13, 512, 256, 64, 16], [368, 512, 256, 1])
+    calls = []
+    gemm_floor._median_ms, real = (lambda fn, repeats: calls.append(fn().shape) or 1.0), gemm_floor._median_ms
+    try:
+        assert gemm_floor.gemm_floor_ms(bc, 4) == len(calls) == 7 * 3 - 1  # 7 layers; no input gradient for data
+    finally:
+        gemm_floor._median_ms = real
+    # layer 13 -> 512: forward, weight gradient (g.T @ x, the taller); 512 -> 256: forward, input, weight (x.T @ g)
+    assert calls[:5] == [(4, 512), (512, 13), (4, 256), (4, 512), (512, 256)]
 
 
 def test_the_floor_tool_measures_this_machine_and_reads_a_bench_result(tmp_path):
