@@ -116,6 +116,7 @@ class RowLevel:
         self.dirty = xp.zeros(1, np.bool_)
         self.counters = xp.zeros(3, np.int64)  # hits, misses, evictions: counted where the masks are
         self.used_bound = 0  # host: at most this many rows are held
+        self.pins_held = 0  # host: the pins of acquires not yet unpinned, at least the rows pinned (no read)
 
     def __len__(self):
         return self.alloc.n_used
@@ -155,6 +156,7 @@ class RowLevel:
         self.steps[self._where(slots, miss)] = steps
         self.policy.pin(self._where(slots, miss))
         self.policy.touch(slots)
+        self.pins_held += keys.shape[0]
         return slots
 
     def _count(self, miss):
@@ -163,6 +165,7 @@ class RowLevel:
 
     def unpin(self, slots):
         self.policy.unpin(slots)
+        self.pins_held -= slots.shape[0]
 
     def take(self, keys):
         """``(rows, steps)`` of ``keys`` for the level above, brought here first."""

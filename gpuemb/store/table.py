@@ -82,10 +82,11 @@ class EmbeddingTable:
     def room(self):
         """How many more rows the device level could pin beside those pinned now; None where it is unbounded. A
         training loop reads it while the current batch's rows are pinned, for a :meth:`prefetch` that must fit
-        beside them whenever it runs."""
+        beside them whenever it runs. It counts pins on the host (``RowLevel.pins_held``), so the step that asks
+        does not wait for the device; a row pinned twice counts twice, which only errs towards skipping."""
         with self._lock:
             bound = self.top.bound
-            return None if bound is None else bound - self.top.policy.n_pinned()
+            return None if bound is None else bound - self.top.pins_held
 
     def prefetch(self, keys, room=None):
         """Bring the rows of an upcoming batch's ``keys`` into the device rows and pin them until that batch's

@@ -102,3 +102,15 @@ def test_a_batch_bigger_than_the_cache_names_the_size_needed(tmp_path):
     t = table(tmp_path, placement="ssd", cache_rows=8)
     with pytest.raises(StoreFullError, match="cache_rows=8.*raise cache_rows to at least 9"):
         t.lookup(np.arange(9))
+
+
+def test_room_counts_the_pins_held_without_reading_the_device(tmp_path, rng):
+    t = table(tmp_path, placement="host", cache_rows=16)
+    assert t.room() == 16
+    keys = rng.choice(1000, 6, replace=False)
+    y = t.lookup(keys)
+    t.prefetch(rng.choice(np.arange(1000, 2000), 3, replace=False))
+    assert t.room() == 16 - 9 == 16 - t.top.policy.n_pinned()  # the pins the device holds, counted on the host
+    y.sum().backward()  # the update releases the lookup's
+    assert t.room() == 16 - 3 == 16 - t.top.policy.n_pinned()
+    assert table(tmp_path, placement="device").room() is None  # unbounded: every prefetch fits
