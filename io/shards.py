@@ -40,7 +40,8 @@ import numpy as np
 from gpuemb.io import shard_attrs as attrs
 from gpuemb.io.batch import Batch
 from gpuemb.io.checksum import array_crcs, first_mismatch
-from gpuemb.io.errors import SchemaError, ShardError, UncheckedShardWarning
+from gpuemb.io.errors import DataError, SchemaError, ShardError, UncheckedShardWarning
+from gpuemb.io.h5output import H5Output
 
 FORMAT, VERSION = "gpuemb-shard", 2
 DATASETS = ("label", "dense", "sparse")
@@ -102,6 +103,7 @@ class ShardWriter:
         self.buf = Batch(np.empty((c, T) if T else c, np.float32), np.empty((c, D), np.float32),
                          np.empty((c, S), np.int64))
         self.fill, self.file, self.file_rows, self.paths, self.rows, self.sums = 0, None, 0, [], 0, []
+        self.out = None  # the H5Output of the shard being written
 
     def append(self, batch):
         """Add the rows of ``batch``."""
@@ -131,6 +133,7 @@ class ShardWriter:
             ds.resize(n + k, axis=0)
             if src.size:
                 ds.write_direct(src, np.s_[0:k], np.s_[n:n + k])
+        self._check()
         self.sums.append(array_crcs(src[:k] for src in self.buf.arrays()))
         self.file_rows, self.rows, self.fill = n + k, self.rows + k, 0
         if self.file_rows == self.options.rows_per_shard:
@@ -138,7 +141,11 @@ class ShardWriter:
 
     def _start(self):
         path = os.path.join(self.folder, f"part-{len(self.paths):05d}.h5")
-        self.file = h5py.File(path + ".tmp", "w")
+        try:  # HDF5 writes through a file that never fails it, so a full disk cannot crash it (h5output.py)
+            self.out = H5Output(path + ".tmp", path)
+        except OSError as e:
+            raise DataError(f"{path}: cannot be created ({e.strerror}); convert into a writable folder") from None
+        self.file = self.out.file
         c = self.options.chunk_rows
         for name, src in zip(DATASETS, self.buf.arrays()):
             width = src.shape[1:]
@@ -159,9 +166,21 @@ class ShardWriter:
         self.file.create_dataset("checksums", data=table)
         self.file.attrs["n_rows"] = self.file_rows
         attrs.put_text(self.file.attrs, attrs.ATTR_CRCS, attrs.record_crcs(self.file.attrs, array_crcs([table])[0]))
-        self.file.close()
+        self._check(self.out.close)
         os.replace(self.paths[-1] + ".tmp", self.paths[-1])
-        self.file, self.file_rows, self.sums = None, 0, []
+        self.file, self.out, self.file_rows, self.sums = None, None, 0, []
+
+    def _check(self, step=None):
+        """Run ``step`` (by default: check for a failed write); where a write of the shard failed (a full disk),
+        close and remove it and raise a DataError."""
+        try:
+            (step or self.out.check)()
+        except OSError as e:
+            self.out.close(check=False)
+            os.remove(self.paths.pop() + ".tmp")
+            self.file = self.out = None
+            raise DataError(f"{e.strerror}; free space on that disk, or convert into a folder on a larger one "
+                            "(the shards before it are whole)") from None
 
 
 @dataclass(frozen=True)

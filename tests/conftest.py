@@ -60,6 +60,25 @@ MPIEXEC = shutil.which("mpiexec", path=os.pathsep.join([str(Path(sys.executable)
 ROOT = Path(__file__).resolve().parents[1]
 
 
+_FILE_SIZE_LIMITED = (
+    "import resource, runpy, signal, sys; limit = int(sys.argv.pop(1)); "
+    "resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)); signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+    "sys.argv[0] = sys.argv[1]; del sys.argv[1]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+@pytest.fixture
+def disk_full_run():
+    """``run(limit, script, *args)``: ``script`` (on the CPU) in a process that cannot write a file past ``limit``
+    bytes. A full disk without root: a write past the limit fails with EFBIG, as one on a full disk with ENOSPC."""
+    pytest.importorskip("resource", reason="RLIMIT_FSIZE needs a POSIX system")
+
+    def run(limit, script, *args):
+        env = {**os.environ, "GPUEMB_DEVICE": "cpu"}
+        return subprocess.run([sys.executable, "-c", _FILE_SIZE_LIMITED, str(limit), str(script), *map(str, args)],
+                              env=env, capture_output=True, text=True, timeout=600)
+    return run
+
+
 @pytest.fixture
 def mpi_run():
     """``run(n, script, *args, timeout_s=120, **env)``: ``python script args`` on ``n`` ranks under ``mpiexec``

@@ -64,7 +64,12 @@ def main(argv=None):
     write = WriteOptions(args.chunk_rows, args.rows_per_shard, args.compression)
     if args.format == "synthetic":
         rows = {"train": args.rows, "test": args.test_rows} if args.test_rows else {"train": args.rows}
-        for split, (paths, auc) in write_synthetic(PRESETS[args.preset], args.out, rows, write).items():
+        try:
+            written = write_synthetic(PRESETS[args.preset], args.out, rows, write)
+        except DataError as e:  # a full disk
+            print(f"convert.py: {e}", file=sys.stderr)
+            return 1
+        for split, (paths, auc) in written.items():
             print(f"{split}: {rows[split]} rows in {len(paths)} shards; teacher AUC {auc:.4f}")
         return 0
     if not args.inputs:

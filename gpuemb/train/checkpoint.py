@@ -41,7 +41,7 @@ from gpuemb.store.collection import EmbeddingCollection
 from gpuemb.autograd.plain import plain
 from gpuemb.store.snapshot import SnapshotError, fsync, save_snapshot
 from gpuemb.store.snapshot.format import parse_json
-from gpuemb.store.snapshot.output import H5Output
+from gpuemb.io.h5output import H5Output
 
 from .config import flag, resume_differences
 from .checkpoint_dir import LATEST, MANIFEST, STEP, latest_name, remove_folder, step_folders

@@ -18,7 +18,7 @@ import json
 import os
 import sys
 
-from .errors import ResumeError
+from .errors import ResumeError, TrainError
 
 TIMING = ("samples_per_s", "eval_s")
 
@@ -43,8 +43,14 @@ class MetricsLog:
     def write(self, record):
         self.records.append(record)
         if self.path is not None:
-            with open(self.path, "a") as f:
-                f.write(json.dumps(record) + "\n")
+            try:
+                with open(self.path, "a") as f:
+                    f.write(json.dumps(record) + "\n")
+            except OSError as e:  # a full disk: what was written stays, and a resume drops a torn last line
+                raise TrainError(f"--metrics-out {self.path}: writing the {record['kind']} record of step "
+                                 f"{record['step']} failed ({e.strerror}); free space on that disk, or pass "
+                                 "--metrics-out on another one (a --resume continues from the last "
+                                 "checkpoint)") from None
 
 
 def _up_to_checkpoint(records, step):

@@ -11,11 +11,10 @@ from itertools import chain
 import numpy as np
 
 from gpuemb.autograd.backend import to_host
-
 from gpuemb.autograd.plain import plain
+from gpuemb.io.h5output import H5Output
 
 from .format import ATTRS_CRC, FORMAT, PARTS, VERSION, attrs_crc, layout_spans
-from .output import H5Output
 
 
 class _TableWriter:

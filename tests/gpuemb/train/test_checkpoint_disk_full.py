@@ -1,11 +1,8 @@
 """A disk that fills up while a checkpoint is written: one line and exit code 1, the last checkpoint intact.
 
-A full disk is simulated without root by a limit on the size of any file the process writes
-(``RLIMIT_FSIZE``): a write past it fails with EFBIG, as one past the end of a full disk fails with ENOSPC.
+The full disk is the ``disk_full_run`` fixture's file size limit (tests/conftest.py).
 """
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,20 +10,9 @@ import pytest
 from gpuemb.train import TrainConfig, train
 from gpuemb.train import checkpoint as ckpt
 
-resource = pytest.importorskip("resource", reason="RLIMIT_FSIZE needs a POSIX system")
 TRAIN = Path(__file__).resolve().parents[3] / "tools" / "train.py"
 TINY = ["--embedding-dim", "8", "--batch-size", "32", "--train-rows", "512", "--eval-rows", "64", "--no-progress",
         "--seed", "3"]
-LIMITED = ("import resource, runpy, signal, sys; limit = int(sys.argv.pop(1)); "
-           "resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)); signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-           "sys.argv[0] = sys.argv[1]; del sys.argv[1]; runpy.run_path(sys.argv[0], run_name='__main__')")
-
-
-def train_limited(limit, *args):
-    """tools/train.py in a process that cannot write a file past ``limit`` bytes."""
-    env = {**os.environ, "GPUEMB_DEVICE": "cpu"}
-    return subprocess.run([sys.executable, "-c", LIMITED, str(limit), str(TRAIN), *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +26,16 @@ def sizes(tmp_path_factory):
 
 
 @pytest.mark.parametrize("full_in", [ckpt.EMBEDDINGS, ckpt.STATE])
-def test_a_full_disk_during_a_checkpoint_is_one_line_and_keeps_the_last_one(tmp_path, sizes, full_in):
+def test_a_full_disk_during_a_checkpoint_is_one_line_and_keeps_the_last_one(tmp_path, sizes, full_in,
+                                                                            disk_full_run):
     where = tmp_path / "ckpt"
-    before = train_limited(1 << 40, *TINY, "--steps", "2", "--checkpoint-dir", where)
+    before = disk_full_run(1 << 40, TRAIN, *TINY, "--steps", "2", "--checkpoint-dir", where)
     assert before.returncode == 0, before.stderr
     # a limit that the other file of a checkpoint stays under
     limit = sizes[full_in] // 2 if full_in == ckpt.EMBEDDINGS or sizes[ckpt.EMBEDDINGS] < sizes[ckpt.STATE] // 2 \
         else sizes[ckpt.EMBEDDINGS] + (sizes[ckpt.STATE] - sizes[ckpt.EMBEDDINGS]) // 2
     assert limit < sizes[full_in] and (full_in == ckpt.EMBEDDINGS or limit > sizes[ckpt.EMBEDDINGS])
-    out = train_limited(limit, *TINY, "--steps", "4", "--checkpoint-every", "3", "--checkpoint-dir", where,
+    out = disk_full_run(limit, TRAIN, *TINY, "--steps", "4", "--checkpoint-every", "3", "--checkpoint-dir", where,
                         "--resume", "latest")
     assert out.returncode == 1, out.stderr
     lines = out.stderr.strip().splitlines()

@@ -88,11 +88,19 @@ class H5Output:
         return self
 
     def __exit__(self, *exc):
+        self.close(check=exc[0] is None)
+
+    def close(self, check=True):
+        """Close the file (HDF5's last writes go out here), then raise a write error if ``check`` and there was
+        one."""
+        if self.disk.fd is None:
+            return
         try:
             self.file.close()
         finally:
             os.close(self.disk.fd)
-        if exc[0] is None:
+            self.disk.fd = None
+        if check:
             self.check()
 
     def check(self):
