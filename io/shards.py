@@ -41,6 +41,7 @@ from gpuemb.io import shard_attrs as attrs
 from gpuemb.io.batch import Batch
 from gpuemb.io.checksum import array_crcs, first_mismatch
 from gpuemb.io.errors import DataError, SchemaError, ShardError, UncheckedShardWarning
+from gpuemb.io.file_lock import Busy, DirLock
 from gpuemb.io.h5output import H5Output
 
 FORMAT, VERSION = "gpuemb-shard", 2
@@ -88,7 +89,8 @@ class WriteOptions:
 
 
 class ShardWriter:
-    """Appends batches to ``folder/part-*.h5``, a whole chunk at a time; ``close()`` returns the shard paths."""
+    """Appends batches to ``folder/part-*.h5``, a whole chunk at a time; ``close()`` returns the shard paths. It
+    holds a lock on ``folder`` until then (``file_lock.py``): a second writer there is refused with one line."""
 
     def __init__(self, folder, layout, options=WriteOptions()):
         self.folder, self.layout, self.options = folder, layout.validate(), options.validate()
@@ -97,7 +99,13 @@ class ShardWriter:
                       "sparse_hotness": json.dumps(list(layout.hotness or (1,) * len(layout.sparse_names))),
                       "meta": json.dumps(layout.meta)}
         attrs.check_texts(self.texts)  # before a row is written: a text too long for an attribute cannot be stored
-        os.makedirs(folder, exist_ok=True)
+        try:  # two writers of one folder would write the same part files over each other
+            self.lock = DirLock(folder)
+        except Busy:
+            raise DataError(f"{folder}: another conversion is writing shards there; wait for it to end, or "
+                            "convert into another folder") from None
+        except OSError as e:
+            raise DataError(f"{folder}: cannot hold shards ({e.strerror}); convert into a writable folder") from None
         T, D, S = layout.widths
         c = options.chunk_rows
         self.buf = Batch(np.empty((c, T) if T else c, np.float32), np.empty((c, D), np.float32),
@@ -122,6 +130,7 @@ class ShardWriter:
         if self.fill:
             self._flush()
         self._finish()
+        self.lock.release()
         return self.paths
 
     def _flush(self):
@@ -179,6 +188,7 @@ class ShardWriter:
             self.out.close(check=False)
             os.remove(self.paths.pop() + ".tmp")
             self.file = self.out = None
+            self.lock.release()
             raise DataError(f"{e.strerror}; free space on that disk, or convert into a folder on a larger one "
                             "(the shards before it are whole)") from None
 

@@ -6,8 +6,6 @@ the store) in slabs of ``slab_rows`` rows, grown by ``add_slab()``, with one API
 Rows never written read as zeros. Rows within one ``write`` must be distinct.
 """
 import contextlib
-import errno
-import fcntl
 import os
 import re
 from dataclasses import dataclass
@@ -16,6 +14,7 @@ import h5py
 import numpy as np
 
 from gpuemb.autograd import backend
+from gpuemb.io import file_lock
 from gpuemb.kernels.gather import gather_rows
 
 from .errors import SsdFileError
@@ -360,7 +359,7 @@ def _lock(path):
     data file too, and flock refuses a second open file even in one process: ours would refuse HDF5's unless
     HDF5's locking were turned off, which the HDF5_USE_FILE_LOCKING variable overrides. The kernel drops the lock
     when the lock file is closed or collected, or the process ends however it ends, so a killed run blocks no one
-    (its lock file stays, unlocked). A file system without flock gets no lock, as under HDF5's "best effort".
+    (its lock file stays, unlocked). A file system without flock gets no lock (``io/file_lock.py``).
     """
     name = path + ".lock"
     while True:
@@ -370,13 +369,14 @@ def _lock(path):
             raise OSError(f"SsdTier: cannot create the HDF5 file {path} (its lock file: {e.strerror or e}); "
                           "pass a path in a writable folder that exists") from None
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
+            held = file_lock.lock(lock)
+        except file_lock.Busy:
             lock.close()
-            if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                return None
             raise SsdFileError(f"{path}: another run is using this file; give this run another folder "
                                "(tools/train.py --ssd-dir) or wait for that one to end") from None
+        if held is None:
+            lock.close()
+            return None
         with contextlib.suppress(FileNotFoundError):
             if os.fstat(lock.fileno()).st_ino == os.stat(name).st_ino:
                 return lock

@@ -7,12 +7,12 @@ renamed away before it is removed, so an interrupted prune never leaves a ``step
 not) and ``.latest.tmp-*``. The run writing there holds a flock on the folder for its lifetime (``DirLock``), so any
 leftover it finds is a dead run's: it clears them at its start.
 """
-import errno
-import fcntl
 import os
 import re
 import shutil
 import uuid
+
+from gpuemb.io import file_lock
 
 from .errors import CheckpointError
 
@@ -37,32 +37,20 @@ def latest_name(directory):
     return name if STEP.fullmatch(name) else None
 
 
-class DirLock:
-    """An exclusive flock on ``directory`` while a run writes checkpoints there; a second run is refused with one
-    line. ``DirLock(None)`` holds nothing (a run without a checkpoint dir, or not
-    rank 0)."""
+class DirLock(file_lock.DirLock):
+    """The lock a run holds on its checkpoint dir (``io/file_lock.py``); a second run is refused with one line.
+    ``DirLock(None)`` holds nothing (a run without a checkpoint dir, or not rank 0)."""
 
     def __init__(self, directory=None):
-        self.fd = None
-        if directory is None:
-            return
-        os.makedirs(directory, exist_ok=True)
-        self.fd = os.open(directory, os.O_RDONLY)
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(self.fd)
-            if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
-                raise CheckpointError(f"--checkpoint-dir {directory}: cannot be locked for this run ({e}); pass a "
-                                      "--checkpoint-dir on a local disk") from None
+            super().__init__(directory)
+        except file_lock.Busy:
             raise CheckpointError(f"--checkpoint-dir {directory}: another run is writing checkpoints there, and two "
                                   "runs would overwrite each other's; wait for it to end, or pass another "
                                   "--checkpoint-dir") from None
-
-    def release(self):
-        if self.fd is not None:
-            os.close(self.fd)  # closing drops the flock
-            self.fd = None
+        except OSError as e:
+            raise CheckpointError(f"--checkpoint-dir {directory}: cannot be opened for this run ({e.strerror}); "
+                                  "pass a --checkpoint-dir in a writable place") from None
 
 
 def clear_leftovers(directory):

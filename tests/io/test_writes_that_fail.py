@@ -1,9 +1,17 @@
-"""A disk that fills up while shards or metrics are written: one line and exit code 1, never a traceback.
+"""A disk that fills up while shards or metrics are written, or two writers of one shard folder: one line, never a
+traceback, and nothing lost.
 
 The full disk is the ``disk_full_run`` fixture's file size limit (tests/conftest.py).
 """
 import os
 from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuemb.io.batch import Batch
+from gpuemb.io.errors import DataError
+from gpuemb.io.shards import ShardLayout, ShardSource, ShardWriter, WriteOptions, list_shards
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
@@ -27,3 +35,19 @@ def test_a_full_disk_under_the_metrics_file_is_one_line(tmp_path, disk_full_run)
     assert line.startswith(f"train.py: error: --metrics-out {metrics}: writing the train record of step ")
     assert "free space on that disk" in line
     assert metrics.stat().st_size <= 300  # what fitted stays
+
+
+def test_a_second_writer_of_one_shard_folder_is_refused_and_the_first_finishes(tmp_path, rng):
+    layout = ShardLayout(("y",), ("d0",), ("s0", "s1"))
+    rows = Batch(rng.random(64).astype(np.float32), rng.random((64, 1)).astype(np.float32),
+                 rng.integers(0, 1 << 40, (64, 2)))
+    first = ShardWriter(tmp_path, layout, WriteOptions(chunk_rows=16, rows_per_shard=32))
+    first.append(rows.slice(0, 40))
+    with pytest.raises(DataError, match="another conversion is writing shards there"):
+        ShardWriter(tmp_path, layout)  # it would have written part-00000.h5.tmp over the first's
+    first.append(rows.slice(40, 64))
+    assert len(first.close()) == 2
+    source = ShardSource(list_shards(str(tmp_path)))
+    back = Batch.concat([source.read_block(i) for i in range(len(source.blocks))])
+    np.testing.assert_array_equal(back.sparse, rows.sparse)  # the first writer's rows, whole
+    assert ShardWriter(tmp_path, layout).close() == []  # close() let go of the lock
