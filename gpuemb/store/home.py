@@ -20,7 +20,9 @@ class HomeLevel(RowLevel):
         self.new_rows = new_rows
 
     def flush(self, chunk=1 << 16):
-        """Nothing to write: the home is the bottom."""
+        """Nothing to write down, the home being the bottom; but wait until the tier's own background writes have
+        landed, so an error among them is raised here (before a snapshot of the rows is renamed into place)."""
+        self.tier.sync()
 
     def _fetch(self, keys, miss):
         if is_device_array(miss):  # draw every key's row rather than count the new ones: nothing is read back

@@ -54,7 +54,14 @@ def _gather(table, idx):
 
 
 class Tier:
-    """What every tier shares: the spec, the argument checks, and the byte counters."""
+    """What every tier shares: the spec, the argument checks, and the byte counters.
+
+    ``stores_steps``: whether the tier keeps each row's update count beside the row (the SSD tier does, so its
+    level keeps no per-slot array of them in memory); then ``read(rows, with_steps=True)`` returns ``(rows,
+    steps)`` and ``write(rows, values, steps=...)`` stores them. ``sync()`` waits until every write has reached
+    the tier's storage and raises the error of any that failed (only the SSD tier writes in the background).
+    """
+    stores_steps = False
 
     def __init__(self, spec, name):
         self.spec, self.name = spec.validate(), name
@@ -79,6 +86,9 @@ class Tier:
         if values.shape != (n, self.width) or values.dtype != self.dtype:
             raise ValueError(f"{self.name}.{op}: want values of shape ({n}, {self.width}) and dtype {self.dtype} "
                              f"for {n} rows, got {values.shape} {values.dtype}; cast or reshape them first")
+
+    def sync(self):
+        """Nothing to wait for: this tier writes in the caller's thread."""
 
     def __enter__(self):
         return self
