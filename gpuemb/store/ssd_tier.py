@@ -71,6 +71,7 @@ class SsdTier(Tier):
         self._back = WriteBack(self._io, write_back_bytes)
         self._mutex = threading.Lock()  # a prefetch thread and the step's thread may both call
         self.chunks_read, self._read_seconds = 0, 0.0
+        self._ahead, self._written = {}, None  # chunks read ahead (``read_ahead``); chunks written while it reads
 
     @property
     def capacity(self):
@@ -145,13 +146,15 @@ class SsdTier(Tier):
             yield touched[g0:g0 + per], sel, (inv[sel] - g0) * cr + rows[sel] % cr
 
     def _load(self, chunks, skip=None):
-        """The bytes of ``chunks`` (uint8 ``[n, chunk_bytes]``): the write-back buffer's where it holds them, else
-        read from the disk, many at once; chunk j is left unset where ``skip[j]``."""
+        """The bytes of ``chunks`` (uint8 ``[n, chunk_bytes]``): the write-back buffer's or the read-ahead's where
+        they hold them, else read from the disk, many at once; chunk j is left unset where ``skip[j]``."""
         buf = np.empty((chunks.size, self.chunk_bytes), np.uint8)
         want = np.ones(chunks.size, np.bool_) if skip is None else ~skip
-        if len(self._back):
+        if len(self._back) or self._ahead:
             for j in np.flatnonzero(want).tolist():
-                held = self._back.get(int(chunks[j]))
+                c = int(chunks[j])
+                held = self._back.get(c)
+                held = self._ahead.get(c) if held is None else held
                 if held is not None:
                     buf[j], want[j] = held, False
         at = np.flatnonzero(want)
@@ -163,6 +166,30 @@ class SsdTier(Tier):
             self.chunks_read += at.size
             self.bytes_read += at.size * self.chunk_bytes
         return buf
+
+    def read_ahead(self, rows):
+        """Read the chunks of ``rows`` into memory for a coming ``read``, without holding the tier while the disk
+        works: a training loop calls it from its prefetch thread while the step updates rows. Chunks written in
+        the meantime are dropped, not kept stale, and what was read ahead before is forgotten (one batch's worth
+        is held at most)."""
+        rows = np.unique(backend.to_host(rows) // self.spec.chunk_rows)
+        with self._mutex:
+            self._check_usable()
+            self._ahead, self._written = {}, set()
+            chunks = np.array([c for c in rows.tolist() if self._back.get(c) is None], np.int64)
+        if not chunks.size:
+            return
+        buf = np.empty((chunks.size, self.chunk_bytes), np.uint8)
+        try:
+            seconds = self._io.read(self._chunk_offsets(chunks), list(buf))
+        except OSError:
+            return  # a hint only: the read that needs these chunks meets the error itself
+        with self._mutex:
+            self._ahead = {c: b for c, b in zip(chunks.tolist(), buf) if c not in self._written}
+            self._written = None
+            self._read_seconds += seconds
+            self.chunks_read += chunks.size
+            self.bytes_read += buf.nbytes
 
     def read(self, rows, out=None, with_steps=False):
         """Rows ``[n, width]`` as NumPy, into ``out`` when given; with ``with_steps``, ``(rows, steps [n])``."""
@@ -209,11 +236,22 @@ class SsdTier(Tier):
                 records = buf.reshape(-1, self.record.itemsize)
                 records[local, :rb] = np.ascontiguousarray(values[sel]).view(np.uint8).reshape(-1, rb)
                 records[local, rb:] = steps[sel].view(np.uint8).reshape(-1, 4)
-                self._back.put(chunks.tolist(), self._chunk_offsets(chunks).tolist(), list(buf))
+                ids = chunks.tolist()
+                self._back.put(ids, self._chunk_offsets(chunks).tolist(), list(buf))
+                self._renew_ahead(ids, buf)
                 self._reap()
                 while self._back.over():
                     self._reap(wait=1)
                 self.bytes_written += buf.nbytes
+
+    def _renew_ahead(self, chunks, buf):
+        """Keep the new bytes ``buf`` of ``chunks``, just written, where their old ones were read ahead (they stay
+        current once the write lands), and tell a read-ahead in flight not to keep what it reads of them."""
+        for c, b in zip(chunks, buf):
+            if c in self._ahead:
+                self._ahead[c] = b
+        if self._written is not None:
+            self._written.update(chunks)
 
     def sync(self):
         """Wait until every write is on the disk (in the kernel's page cache: the file is this run's scratch, a

@@ -99,9 +99,21 @@ class EmbeddingTable:
         unique, inverse = backend.unique(keys, return_inverse=True)
         if room is not None and unique.size > room:
             return False
+        if hasattr(self.home.tier, "read_ahead"):  # the disk works while the lock is free for the step's update
+            with self._lock:
+                cold = self._cold_slots(unique)
+            self.home.tier.read_ahead(cold)
         with self._lock:
             self._prefetched.append((keys, unique, inverse, self.top.acquire(unique)))
         return True
+
+    def _cold_slots(self, keys):
+        """The home's slots of those of ``keys`` that no cache holds: the rows a prefetch will read from there."""
+        for level in self.levels[:-1]:
+            keys = level.here(keys)
+            keys = keys[level.locate(keys) < 0]
+        slots = self.home.locate(self.home.here(keys))
+        return slots[slots >= 0]
 
     def lookup(self, keys, offsets=None, mode=None, insert=True):
         """Rows of ``keys [N]`` (int64): ``[N, D]``, or with CSR ``offsets [B+1]`` pooled per bag by ``mode``

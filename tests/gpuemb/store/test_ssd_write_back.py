@@ -128,3 +128,32 @@ def test_a_crash_with_writes_in_flight_leaves_the_snapshot_whole(rng, tmp_path):
     ref = np.load(tmp_path / "ref.npz")
     for a, b in zip(rows_of(restored), (ref[f"arr_{i}"] for i in range(3))):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_prefetch_reads_the_cold_rows_ahead_and_only_once(rng, tmp_path):
+    table, device = ssd(tmp_path / "t.h5"), EmbeddingTable(config(StoreOptions()))
+    train([table, device], steps(rng, 20))
+    tier = table.home.tier
+    reads, real_read = [], tier._io.read
+
+    def spy(offsets, buffers):  # every batch of chunk reads from the disk, as chunk ids
+        reads.append({int(c) for c in np.flatnonzero(np.isin(tier._chunk_offsets(np.arange(32)), offsets))})
+        return real_read(offsets, buffers)
+    tier._io.read = spy
+    ahead = 0
+    for keys, grad in steps(rng, 10):  # as the training pipeline does: prefetch, then the lookup of those keys
+        cold = set((table._cold_slots(np.unique(keys)) // 16).tolist())
+        reads.clear()
+        assert table.prefetch(keys)
+        if cold:
+            assert reads[0] <= cold  # read ahead, before the lock: the cold rows' chunks not in the write-back buffer
+            ahead += len(reads[0])
+            assert all(not (r & reads[0]) for r in reads[1:])  # none of them read again (writes may read others)
+        reads.clear()
+        table.lookup(keys).backward(grad)
+        device.lookup(keys).backward(grad)
+        assert reads == []  # the lookup found every row prefetched
+    assert ahead > 0
+    for a, b in zip(rows_of(table), rows_of(device)):
+        np.testing.assert_array_equal(a, b)
+    table.close()
