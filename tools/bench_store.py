@@ -1,7 +1,8 @@
 """Benchmark of the embedding store (``gpuemb.store``) on a Zipf(1.05) key stream.
 
     python tools/bench_store.py [--quick] [--json FILE] [--ssd-dir DIR]
-    python tools/bench_store.py --beyond-ram --ssd-dir DIR [--ssd-gb 30] [--steps 3000] [--keep] [--json FILE]
+    python tools/bench_store.py --beyond-ram --ssd-dir DIR [--ssd-gb 30] [--steps 3000] [--overlap on|off]
+                                [--probe-seconds 5] [--keep] [--json FILE]
 
 Every table is dim 64 with row-wise Adagrad, so a row is 64 weights and one accumulator: 260 bytes. Sections:
 
@@ -14,7 +15,8 @@ Every table is dim 64 with row-wise Adagrad, so a row is 64 weights and one accu
   LFU, over the last three quarters of the stream (lookups under ``no_grad``: updates do not move rows).
 - overhead per key: ``stats()`` of device tables of 1e4 to 1e7 keys, against the target of 24 bytes of index
   plus allocator per key beyond the row.
-- beyond RAM (``--beyond-ram``, alone): see ``tools/bench_store_beyond_ram.py``.
+- beyond RAM (``--beyond-ram``, alone): an ssd table larger than the RAM against in-memory ones, the disk's
+  random-read IOPS probed on its file, and the targets of issue 18; see ``tools/bench_store_beyond_ram.py``.
 
 Absolute rates hold only on a quiet machine; compare the ratios within one run.
 """

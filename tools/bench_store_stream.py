@@ -6,8 +6,10 @@ and never the small ints. A draw takes a Zipf rank ``r`` (exact, by the syntheti
 sampler) and uses id ``r·stride mod n``, so the hot ids are scattered over the universe too: a table populated in
 id order keeps its hot rows apart, as a real one would.
 """
+import contextlib
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
@@ -61,13 +63,29 @@ def unique_counts(stream):
     return np.array([np.unique(keys).size for keys in stream])
 
 
-def train(table, stream, grad):
-    """Seconds to look up and update every batch of ``stream`` with the gradient ``grad [batch, dim]``."""
+def train(table, stream, grad, overlap=False):
+    """Seconds to look up and update every batch of ``stream`` with the gradient ``grad [batch, dim]``.
+
+    ``overlap``: as gpuemb's training ``Pipeline`` does, once batch i's lookup is done, one worker thread
+    prefetches batch i+1's rows (``table.prefetch``, with the room read here, while batch i's rows are pinned)
+    during batch i's update; batch i+1's lookup waits for it first."""
     start = time.perf_counter()
-    for keys in stream:
-        table.lookup(keys).backward(grad)
+    with ThreadPoolExecutor(1, "bench-prefetch") if overlap else contextlib.nullcontext() as worker:
+        job = None
+        for i, keys in enumerate(stream):
+            if job is not None:
+                job.result()
+            rows = table.lookup(keys)
+            ahead = overlap and i + 1 < len(stream)
+            job = worker.submit(_prefetch, table, stream[i + 1], table.room()) if ahead else None
+            rows.backward(grad)
     backend.synchronize()
     return time.perf_counter() - start
+
+
+def _prefetch(table, keys, room):
+    backend.synchronize()  # on a GPU, the batch's lookup queued on the main stream is done before rows move
+    table.prefetch(keys, room=room)
 
 
 def hit_rates(before, after):

@@ -10,18 +10,23 @@ Configs (Criteo Kaggle's 26 cardinalities, each capped at ``--cap``; 13 dense fe
 - ``mlperf``: dim 128, bottom 512-256-128, top 1024-1024-512-256-1, tables capped at 200,000 rows (1.5M in
   all, so that torch's dense tables and their Adagrad state fit a small machine's memory).
 Stores: ``device`` (every row in device memory), ``host`` (a device cache of 10% of the rows over host memory)
-and ``ssd`` (the same cache over an HDF5 file). The data is synthetic, Zipf(1.05) ids per table, made before any
-timing; both sides read it through the same ``gpuemb.io`` Loader, so they train on the same batches in the same
-order. All use ``--optimizer`` on the rows (sgd, adagrad or rowwise_adagrad; plain torch has no row-wise rule,
-so it sits that one out) and SGD or Adagrad on the dense layers. The TorchRec peer (``bench_train_torchrec.py``,
-which says how to install it) fuses its rows' update into the backward, as gpuemb does; the plain one steps
-``nn.EmbeddingBag``'s sparse gradients with torch's optimizer. A run trains ``--warmup`` steps (numba compiles,
-caches fill), then times ``--steps``: samples/s is their samples over their seconds.
+and ``ssd`` (an HDF5 file under a host cache under a device cache). The ssd store's caches are sized on the keys
+the data touches, which are its table's rows by the end: 10% and 25% of them, the device cache at least twice a
+batch's unique keys and the host cache at least twice the device cache. So the table outgrows its host cache and
+evicted rows are read back from the file; caches sized on all the rows would hold a short run's table whole. The
+data is synthetic, Zipf(1.05) ids per table, made before any timing; both sides read it through the same
+``gpuemb.io`` Loader, so they train on the same batches in the same order. All use ``--optimizer`` on the rows
+(sgd, adagrad or rowwise_adagrad; plain torch has no row-wise rule, so it sits that one out) and SGD or Adagrad on
+the dense layers. The TorchRec peer (``bench_train_torchrec.py``, which says how to install it) fuses its rows'
+update into the backward, as gpuemb does; the plain one steps ``nn.EmbeddingBag``'s sparse gradients with torch's
+optimizer. A run trains ``--warmup`` steps (numba compiles, caches fill), then times ``--steps``: samples/s is
+their samples over their seconds.
 
 On the CPU, each config ends with its GEMM floor (``gemm_floor.py``: the step's MLP matmuls timed bare in the
-same run) and each row's step time over it. ``--overhead`` adds the share of a step spent outside kernels and BLAS, bounded from above by the step time at
-a tiny batch (``OVERHEAD_BATCH``, where the arrays are too small to cost anything) over the step time at
-``--batch-size``; ``--profile FILE`` writes a cProfile of the device store's timed steps.
+same run) and each row's step time over it. ``--overhead`` adds the share of a step spent outside kernels and
+BLAS, bounded from above by the step time at a tiny batch (``OVERHEAD_BATCH``, where the arrays are too small to
+cost anything) over the step time at ``--batch-size``; ``--profile FILE`` writes a cProfile of the device store's
+timed steps.
 
 Absolute rates hold only on a quiet machine; compare the ratios, which come from the same run.
 """
@@ -48,7 +53,9 @@ from gpuemb.train.loop import Batches
 from gpuemb.train.run import Run
 
 PEERS = {"torchrec": "TorchRec DLRM (FBGEMM TBE)", "torch": "torch DLRM"}  # the peer columns, strongest first
-CACHE_FRACTION = 0.10  # the host and ssd stores' device cache, as a share of all the rows of the tables
+CACHE_FRACTION = 0.10  # the host store's device cache, as a share of all the rows of the tables
+# The ssd store's device and host caches, as shares of the keys the data touches (the module docstring says why)
+SSD_CACHE_FRACTION, SSD_HOST_CACHE_FRACTION = 0.10, 0.25
 OVERHEAD_BATCH = 32
 DENSE = {"sgd": "sgd", "adagrad": "adagrad", "rowwise_adagrad": "adagrad"}  # the dense layers' rule, by the rows'
 
@@ -89,12 +96,26 @@ def dataset(bc, batch_size, n_batches, seed=0):
                    source.layout.sparse_names, "bench_train synthetic data")
 
 
-def train_config(bc, args, store, pipeline, batch_size):
-    cache = int(CACHE_FRACTION * sum(bc.cardinalities())) if store != "device" else 0
+def ssd_caches(data, batch_size):
+    """The ssd store's caches for ``data``: (keys it touches, device cache rows, host cache rows); see the module
+    docstring. A batch's unique keys are counted on the data's batches in order: the loader's shuffled ones are
+    drawn alike."""
+    sparse = data.train.rows.sparse
+    touched = sum(np.unique(column).size for column in sparse.T)
+    peak = max(sum(np.unique(column).size for column in sparse[i:i + batch_size].T)
+               for i in range(0, len(sparse), batch_size))
+    device = max(int(SSD_CACHE_FRACTION * touched), 2 * peak)  # a step's rows and the next one's prefetch
+    return touched, device, max(int(SSD_HOST_CACHE_FRACTION * touched), 2 * device)
+
+
+def train_config(bc, args, store, pipeline, batch_size, caches=None):
+    """``caches``: the ssd store's (device, host) cache rows."""
+    cache, host_cache = (int(CACHE_FRACTION * sum(bc.cardinalities())), 0) if caches is None else caches
     return TrainConfig.from_dict(dict(
         model="dlrm", model_args={"bottom": list(bc.bottom), "top": list(bc.top)}, embedding_dim=bc.dim,
         batch_size=batch_size, optimizer=DENSE[args.optimizer], embedding_optimizer=args.optimizer, lr=args.lr,
-        embedding_lr=args.lr, store=store, cache_rows=cache, steps=args.warmup + args.steps + 1, progress=False,
+        embedding_lr=args.lr, store=store, cache_rows=cache if store != "device" else 0,
+        host_cache_rows=host_cache if store == "ssd" else 0, steps=args.warmup + args.steps + 1, progress=False,
         pipeline=pipeline, seed=0))
 
 
@@ -122,6 +143,7 @@ def ours(config, data, warmup, steps, profile=None):
         hits = sum(a["hits"] - b["hits"] for a, b in zip(after, before))
         seen = hits + sum(a["misses"] - b["misses"] for a, b in zip(after, before))
         return {"samples_per_s": steps * config.optimization.batch_size / seconds, "step_ms": 1e3 * seconds / steps,
+                "table_keys": sum(len(t) for t in run.tables.values()),
                 "loss": float(np.mean(losses)), "hit_rate": hits / seen if seen else None,
                 "prefetched": run.pipeline.prefetched, "prefetch_skipped": run.pipeline.skipped,
                 "transfers_per_step": {k: v / steps for k, v in crossed.items()}}
@@ -169,6 +191,10 @@ def bench(name, args, pipelines):
           f"{'-'.join(map(str, bc.top + (1,)))}, 26 tables capped at {bc.cap:,} ({sum(bc.cardinalities()):,} rows), "
           f"batch {args.batch_size}, {args.warmup} + {args.steps} timed steps, {args.optimizer} lr {args.lr:g}",
           flush=True)
+    touched, ssd_cache, ssd_host_cache = ssd_caches(data, args.batch_size)
+    print(f"  caches: host store, device {int(CACHE_FRACTION * sum(bc.cardinalities())):,} rows; ssd store, device "
+          f"{ssd_cache:,} and host {ssd_host_cache:,} rows, over a table of the {touched:,} keys the data touches",
+          flush=True)
     peers = {}
     for name in PEERS:
         if getattr(args, name):
@@ -179,7 +205,8 @@ def bench(name, args, pipelines):
     with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
         for store in args.stores:
             for pipeline in pipelines:
-                config = train_config(bc, args, store, pipeline, args.batch_size)
+                config = train_config(bc, args, store, pipeline, args.batch_size,
+                                      (ssd_cache, ssd_host_cache) if store == "ssd" else None)
                 if store == "ssd":
                     config = config.replace(ssd_dir=tmp)
                 profile = args.profile if store == "device" and pipeline == pipelines[0] else None
@@ -191,8 +218,12 @@ def bench(name, args, pipelines):
                 r["vs_device"] = r["samples_per_s"] / device["samples_per_s"] if device else None
                 rows.append(r)
                 print("  " + format_row(r), flush=True)
+                if store == "ssd" and r["table_keys"] <= ssd_host_cache:
+                    print(f"    the ssd table's {r['table_keys']:,} keys fit its host cache: no evicted row came "
+                          "back from the file (more --steps or a larger --batch-size)", flush=True)
     result = {"config": name, "shape": asdict(bc), "rows_in_tables": sum(bc.cardinalities()),
-              "cache_rows": int(CACHE_FRACTION * sum(bc.cardinalities())), "peers": peers, "rows": rows}
+              "cache_rows": int(CACHE_FRACTION * sum(bc.cardinalities())), "touched_keys": touched,
+              "ssd_cache_rows": ssd_cache, "ssd_host_cache_rows": ssd_host_cache, "peers": peers, "rows": rows}
     if backend.DEVICE == "cpu":  # NumPy's BLAS is the CPU step's; a GPU's floor is tools/gpu_floor.py's
         result["gemm_floor_ms"] = f = gemm_floor.gemm_floor_ms(bc, args.batch_size)
         for r in rows:

@@ -37,16 +37,29 @@ def test_quick_run_prints_every_table_with_sane_numbers(tmp_path):
         assert row["all overhead B/key"] > row["index+allocator B/key"], row
 
 
-def test_beyond_ram_on_a_small_table_compares_and_cleans_up(tmp_path):
-    out = bench("--beyond-ram", "--ssd-dir", str(tmp_path), "--ssd-gb", "0.02", "--steps", "40", "--batch", "256",
-                "--cache-rows", "2048", "--host-cache-rows", "8192", "--json", str(tmp_path / "r.json"))
+def test_beyond_ram_on_a_small_table_compares_probes_and_cleans_up(tmp_path):
+    out = bench("--beyond-ram", "--ssd-dir", str(tmp_path), "--ssd-gb", "0.005", "--steps", "20", "--batch", "256",
+                "--cache-rows", "2048", "--host-cache-rows", "8192", "--probe-seconds", "0.1", "--json",
+                str(tmp_path / "r.json"))
     assert out.returncode == 0, out.stderr
     assert "peak RSS" in out.stdout and "within" in out.stdout, out.stdout
+    assert "disk probe" in out.stdout and "targets:" in out.stdout and "overlap on" in out.stdout, out.stdout
     r = json.loads((tmp_path / "r.json").read_text())["beyond_ram"]
-    assert r["rows"] == int(0.02e9 // 260) and r["file_bytes"] >= r["rows"] * 260
+    assert r["rows"] == int(0.005e9 // 260) and r["file_bytes"] >= r["rows"] * 260
     ssd, host, device = r["tables"]
     assert ssd["keys"] == r["rows"] and host["keys"] == device["keys"] == r["touched_keys"] < r["rows"]
-    assert ssd["ssd / this"] == 1 and all(t["rows/s"] > 0 for t in r["tables"])
+    assert ssd["ssd / this"] == 1 and all(t["rows/s"] > 0 and t["steps/s"] > 0 for t in r["tables"])
+    assert r["ssd_vs_host_steps"] == ssd["steps/s"] / host["steps/s"] and r["overlap"] is True
+    assert r["probe_note"] and "smaller than the RAM" in r["probe_note"]  # a small file: the page cache answers
+    for qd in (1, 16):
+        p = r["probe"][f"qd{qd}"]
+        assert p["queue_depth"] == qd and p["block_bytes"] == 64 * 260 and p["reads"] > 0 and p["iops"] > 0, p
+    io = r["chunk_io"]
+    assert {"chunks_read", "chunks_written", "io_seconds", "chunks/s", "% of qd16", "chunks/step"} <= set(io)
+    if io["chunks/s"] is not None:  # once the tier counts its chunk I/O
+        assert io["% of qd16"] == 100 * io["chunks/s"] / r["probe"]["qd16"]["iops"]
+    assert set(r["targets"]) == {"ssd_vs_host", "chunk_pct_of_qd16", "rss_within_bound"}
+    assert r["targets"]["rss_within_bound"] is True and r["targets"]["ssd_vs_host"] == (r["ssd_vs_host_steps"] >= 0.5)
     assert sorted(os.listdir(tmp_path)) == ["r.json"]  # the table's file is deleted without --keep
 
 

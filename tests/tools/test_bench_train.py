@@ -25,6 +25,7 @@ def test_every_store_with_and_without_the_pipeline_prints_and_writes_its_rate(tm
     r = json.loads((tmp_path / "t.json").read_text())
     (result,) = r["results"]
     assert result["peers"] == {} and result["cache_rows"] == int(0.1 * result["rows_in_tables"]) > 0
+    assert result["ssd_host_cache_rows"] >= 2 * result["ssd_cache_rows"] > 0 and "ssd store, device" in out.stdout
     got = [(row["store"], row["pipeline"]) for row in result["rows"]]
     assert got == [(s, p) for s in ("device", "host", "ssd") for p in ("on", "off")]
     for row in result["rows"]:
@@ -38,6 +39,17 @@ def test_every_store_with_and_without_the_pipeline_prints_and_writes_its_rate(tm
     # the floor: the step's matmuls alone, so a whole step (lookups, epilogues, interaction too) takes longer
     assert 0 < result["gemm_floor_ms"] and all(row["vs_gemm_floor"] > 1 for row in result["rows"]), result
     assert "GEMM floor" in out.stdout
+
+
+def test_the_ssd_table_outgrows_its_host_cache_so_rows_come_back_from_the_file(tmp_path):
+    out = tool("bench_train.py", *TINY, "--steps", "12", "--stores", "ssd", "--pipeline", "on", "--no-torch",
+               "--no-torchrec", "--json", str(tmp_path / "t.json"))
+    assert out.returncode == 0, out.stderr
+    (result,) = json.loads((tmp_path / "t.json").read_text())["results"]
+    (row,) = result["rows"]
+    # the caches are sized on the keys the data touches, which the table holds by the end (less the last batches)
+    assert result["ssd_host_cache_rows"] < row["table_keys"] <= result["touched_keys"], result
+    assert "fit its host cache" not in out.stdout
 
 
 def test_the_torch_peer_trains_the_same_batches_side_by_side(tmp_path):
