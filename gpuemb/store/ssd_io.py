@@ -49,6 +49,8 @@ class ChunkIO:
     def __init__(self, fd, chunk_bytes, threads, name):
         self.fd, self.chunk_bytes, self.threads = fd, chunk_bytes, threads
         self.pool = ThreadPoolExecutor(threads, name)
+        self._nowait = hasattr(os, "RWF_NOWAIT")
+        self._cached, self._calls = 1.0, 0  # the share of chunks the page cache held lately; reads so far
 
     def _jobs(self, offsets, buffers):
         """``(offset, buffers)`` calls, one per run of chunks adjacent in the file, split at ``_RUN_BYTES``."""
@@ -70,11 +72,38 @@ class ChunkIO:
         return [self.pool.submit(_moves, call, self.fd, jobs[i::lanes]) for i in range(lanes)]
 
     def read(self, offsets, buffers):
-        """Fill ``buffers`` from ``offsets``; returns the seconds it waited."""
+        """Fill ``buffers`` from ``offsets``; returns the seconds it waited.
+
+        Chunks in the kernel's page cache are read first, in this thread, with ``RWF_NOWAIT`` (which refuses
+        rather than wait for the disk): for them a thread pool only adds its hand-offs (a chunk from the page cache
+        took 3 us at queue depth 1 and 111 us at 16 in threads). The rest go to the pool. While most chunks miss
+        the cache (a file far larger than the RAM) the first pass is skipped, tried again every 16th call."""
         start = time.perf_counter()
-        for f in self.submit(False, offsets, buffers):
-            f.result()
+        offsets = np.asarray(offsets, np.int64)
+        if self._nowait and (self._cached > 0.25 or self._calls % 16 == 0):
+            offsets, buffers = self._read_cached(offsets, buffers)
+        self._calls += 1
+        if offsets.size:
+            for f in self.submit(False, offsets, buffers):
+                f.result()
         return time.perf_counter() - start
+
+    def _read_cached(self, offsets, buffers):
+        """Read what the page cache holds; returns the offsets and buffers still to read, and keeps the share
+        that was cached (``_cached``, a running average)."""
+        left = []
+        for i, (offset, buffer) in enumerate(zip(offsets.tolist(), buffers)):
+            try:
+                if os.preadv(self.fd, [buffer], offset, os.RWF_NOWAIT) == len(buffer):
+                    continue
+            except BlockingIOError:
+                pass
+            except OSError:  # a file system without RWF_NOWAIT: the pool reads everything from now on
+                self._nowait = False
+                return offsets[i:], buffers[i:]
+            left.append(i)
+        self._cached = 0.5 * self._cached + 0.5 * (1 - len(left) / max(offsets.size, 1))
+        return offsets[left], [buffers[i] for i in left]
 
     def close(self):
         self.pool.shutdown(wait=True)

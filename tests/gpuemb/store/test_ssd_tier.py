@@ -108,7 +108,9 @@ class Slow:
         self.call, self.seconds, self.lock = call, seconds, threading.Lock()
         self.calls = self.now = self.most = 0
 
-    def __call__(self, fd, buffers, offset):
+    def __call__(self, fd, buffers, offset, *flags):
+        if flags:  # RWF_NOWAIT: the page cache's answer, not counted
+            return self.call(fd, buffers, offset, *flags)
         with self.lock:
             self.calls, self.now = self.calls + 1, self.now + 1
             self.most = max(self.most, self.now)
@@ -127,6 +129,7 @@ def test_reads_are_many_in_flight_and_adjacent_chunks_are_one_call(rng, tmp_path
         ref = random_rows(rng, 4096, spec)
         t.write(ids, ref)
         t.sync()
+        t._io._nowait = False  # as when the page cache holds none of the file
         slow = Slow(os.preadv, 0.005)
         monkeypatch.setattr(os, "preadv", slow)
         scattered = rng.choice(512, 40, replace=False) * 8  # one row of 40 chunks, mostly apart
@@ -135,6 +138,21 @@ def test_reads_are_many_in_flight_and_adjacent_chunks_are_one_call(rng, tmp_path
         slow.calls = 0
         np.testing.assert_array_equal(t.read(np.arange(1024)), ref[:1024])  # one slab's 128 adjacent chunks
         assert slow.calls <= 8  # a call per thread's share, not per chunk
+
+
+@pytest.mark.skipif(not hasattr(os, "RWF_NOWAIT"), reason="os.RWF_NOWAIT is Linux's (4.14 and later)")
+def test_chunks_in_the_page_cache_are_read_in_the_callers_thread(rng, tmp_path, monkeypatch):
+    spec = TierSpec(width=4, slab_rows=1024, chunk_rows=8)
+    with SsdTier(tmp_path / "rows.h5", spec) as t:
+        ids = SlabAllocator(t).alloc(1024)
+        ref = random_rows(rng, 1024, spec)
+        t.write(ids, ref)
+        t.sync()  # just written: in the page cache
+        submitted = []
+        monkeypatch.setattr(t._io, "submit", lambda *a: submitted.append(a) or [])
+        rows = rng.choice(1024, 100, replace=False)
+        np.testing.assert_array_equal(t.read(rows), ref[rows])
+        assert submitted == []
 
 
 def test_rows_read_back_what_was_written_while_the_disk_is_behind(rng, tmp_path, monkeypatch):
