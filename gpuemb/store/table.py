@@ -159,15 +159,14 @@ class EmbeddingTable:
             self._update_rows(keys, slots, positions, grads)
 
     def _update_rows(self, keys, slots, positions, grads):
-        """Everything here stays on the top level's device: positions, slots, rows, steps and dirty flags."""
+        """Everything here stays on the top level's device: positions, slots, rows, steps and a cache's dirty flags."""
         s = slots[positions]
-        rows = self.format.unpack(self.top.tier.read(s))  # float16 weights: updated in float32, rounded back
+        rows, steps = self.top.read(s)
+        rows = self.format.unpack(rows)  # float16 weights: updated in float32, rounded back
         xp = backend.get_array_module(rows)
-        steps = self.top.steps[s]
         update_rows(rows, steps, xp.arange(s.shape[0]), grads, self.rule, self.lr)
-        self.top.tier.write(s, self.format.pack(rows))
-        self.top.steps[s] = steps
-        self.top.dirty[s] = True
+        self.top.write(s, self.format.pack(rows), steps)
+        self.top.changed(s)
         self._dirty.append(keys[positions])
         self.top.unpin(slots)
 
@@ -209,7 +208,8 @@ class EmbeddingTable:
             k, s = to_host(k), to_host(s)
             k, s = k[s >= 0], s[s >= 0]
             if k.size:
-                yield k, to_host(self.home.tier.read(s)), to_host(self.home.steps[self.home.here(s)]).copy()
+                rows, steps = self.home.read(self.home.here(s))
+                yield k, to_host(rows), to_host(steps).copy()
 
     def keys(self, chunk=1 << 16):
         """Every key, in chunks."""
