@@ -224,8 +224,9 @@ class EmbeddingTable:
         self.home.put(keys, self.home.here(rows), self.home.here(np.asarray(to_host(steps), np.int32)))
 
     def stats(self):
-        """Rows, bytes and per-level traffic; ``overhead_bytes_per_key`` counts everything but the rows, and
-        ``weight_bytes_per_row`` the stored weights of a row (half of ``4·dim`` for a float16 table)."""
+        """Rows, bytes and per-level traffic; ``overhead_bytes_per_key`` counts everything but the rows, over the
+        table's keys, and each level's its own bookkeeping (index, allocator, per-slot arrays) over its rows;
+        ``weight_bytes_per_row`` is the stored weights of a row (half of ``4·dim`` for a float16 table)."""
         home, spec = self.home, self.home.tier.spec
         n = max(len(home), 1)
         out = {"keys": len(home), "row_bytes": spec.row_bytes, "weight_bytes_per_row": self.format.weight_bytes,
@@ -233,9 +234,10 @@ class EmbeddingTable:
                "index_allocator_bytes_per_key": (home.index.nbytes + home.alloc.overhead_bytes) / n,
                "overhead_bytes_per_key": sum(level.overhead_bytes for level in self.levels) / n, "levels": []}
         for level in self.levels:
-            seen = level.hits + level.misses
+            seen, rows = level.hits + level.misses, len(level)
             out["levels"].append({
-                "tier": type(level.tier).__name__, "rows": len(level), "bound": level.bound,
+                "tier": type(level.tier).__name__, "rows": rows, "bound": level.bound,
+                "overhead_bytes": level.overhead_bytes, "overhead_bytes_per_key": level.overhead_bytes / max(rows, 1),
                 "bytes": level.tier.nbytes, "hit_rate": level.hits / seen if seen else None, "hits": level.hits,
                 "misses": level.misses, "evictions": level.evictions, "bytes_read": level.tier.bytes_read,
                 "bytes_written": level.tier.bytes_written})
