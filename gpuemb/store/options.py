@@ -52,7 +52,8 @@ class StoreOptions:
     device cache over a host or ssd home; ``host_cache_rows``: a host cache between it and an ssd home.
     ``policy``: what a full cache evicts. ``max_rows``: a bound on the table's keys; past it the least recently
     used keys are dropped instead of failing (device placement). ``slab_rows``/``chunk_rows``: the tiers' growth
-    step and the SSD's chunk, which must divide it (see ``TierSpec``).
+    step and the SSD's chunk, which must divide it (see ``TierSpec``). ``ssd_threads``: the SSD tier's requests in
+    flight (``ssd_tier.py``).
     """
     placement: str = "device"
     cache_rows: int = 0
@@ -62,6 +63,7 @@ class StoreOptions:
     max_rows: int = None
     slab_rows: int = 1 << 16
     chunk_rows: int = 256
+    ssd_threads: int = 16
 
     def __post_init__(self):
         owner = "StoreOptions"
@@ -74,6 +76,7 @@ class StoreOptions:
         check_int(owner, "max_rows", self.max_rows, 1, allow_none=True)
         check_int(owner, "slab_rows", self.slab_rows, 1)
         check_int(owner, "chunk_rows", self.chunk_rows, 1)
+        check_int(owner, "ssd_threads", self.ssd_threads, 1)
         if self.placement == "ssd" and self.slab_rows % self.chunk_rows:
             fail(owner, f"chunk_rows={self.chunk_rows} must divide slab_rows={self.slab_rows}; powers of two fit")
         if self.placement == "device" and (self.cache_rows or self.host_cache_rows):

@@ -27,7 +27,8 @@ from .cache import CacheLevel
 from .home import HomeLevel
 from .init import initial_weights
 from .row_format import RowFormat
-from .tiers import DeviceTier, HostTier, SsdTier, TierSpec
+from .ssd_tier import SsdTier
+from .tiers import DeviceTier, HostTier, TierSpec
 
 
 def _levels(config, fmt, new_rows):
@@ -42,7 +43,7 @@ def _levels(config, fmt, new_rows):
 
     if o.placement == "device":
         return [HomeLevel(DeviceTier(spec), new_rows, o.max_rows, o.policy)]
-    home = HomeLevel(HostTier(spec) if o.placement == "host" else SsdTier(o.ssd_path, spec), new_rows)
+    home = HomeLevel(HostTier(spec) if o.placement == "host" else SsdTier(o.ssd_path, spec, o.ssd_threads), new_rows)
     levels = [home]
     if o.host_cache_rows:
         levels.insert(0, cache(HostTier, o.host_cache_rows, home, "host_cache_rows"))

@@ -12,7 +12,8 @@ import sys
 import numpy as np
 
 from gpuemb.store.slab import SlabAllocator
-from gpuemb.store.tiers import SsdTier, TierSpec
+from gpuemb.store.ssd_tier import SsdTier
+from gpuemb.store.tiers import TierSpec
 
 TRAIN = pathlib.Path(__file__).resolve().parents[2] / "tools" / "train.py"
 TINY = ["--train-rows", "512", "--steps", "2", "--batch-size", "256", "--eval-rows", "500", "--no-progress",
@@ -39,7 +40,7 @@ def test_a_second_run_on_the_same_ssd_dir_stops_and_leaves_the_first_runs_rows(r
     ids = SlabAllocator(first).alloc(600)
     rows = rng.standard_normal((600, 16)).astype(np.float32)
     first.write(ids, rows)
-    first.file.flush()
+    first.sync()
     size = path.stat().st_size
     try:
         line = one_line(train(tmp_path), 1)

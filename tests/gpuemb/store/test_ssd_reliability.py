@@ -5,14 +5,14 @@ import signal
 import subprocess
 import sys
 import textwrap
-import types
 
 import numpy as np
 import pytest
 
 from gpuemb.store.errors import SsdFileError
 from gpuemb.store.slab import SlabAllocator
-from gpuemb.store.tiers import SsdTier, TierSpec
+from gpuemb.store.ssd_tier import SsdTier
+from gpuemb.store.tiers import TierSpec
 
 SPEC = TierSpec(width=8, slab_rows=64, chunk_rows=16)
 
@@ -30,13 +30,14 @@ def filled(path, rng, n=100):
     ids = SlabAllocator(t).alloc(n)
     ref = rng.standard_normal((n, SPEC.width)).astype(np.float32)
     t.write(ids, ref)
-    t.file.flush()
+    t.sync()  # the rows are in the file, for another process to find
     return t, ids, ref
 
 
 OPEN = """
     from gpuemb.store.errors import SsdFileError
-    from gpuemb.store.tiers import SsdTier, TierSpec
+    from gpuemb.store.ssd_tier import SsdTier
+    from gpuemb.store.tiers import TierSpec
     try:
         SsdTier({path!r}, TierSpec(width=8)).close()
     except SsdFileError as e:
@@ -76,7 +77,8 @@ def test_a_killed_holder_blocks_no_one(rng, tmp_path):
     path = tmp_path / "rows.h5"
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
-        from gpuemb.store.tiers import SsdTier, TierSpec
+        from gpuemb.store.ssd_tier import SsdTier
+        from gpuemb.store.tiers import TierSpec
         t = SsdTier({str(path)!r}, TierSpec(width=8))
         print("holding", flush=True)
         time.sleep(120)
@@ -99,7 +101,8 @@ FULL_DISK = """
     import numpy as np
     from gpuemb.store.errors import SsdFileError
     from gpuemb.store.slab import SlabAllocator
-    from gpuemb.store.tiers import SsdTier, TierSpec
+    from gpuemb.store.ssd_tier import SsdTier
+    from gpuemb.store.tiers import TierSpec
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit a write fails with EFBIG instead of a signal
     resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
     t = SsdTier({path!r}, TierSpec(width=16, slab_rows=1024, chunk_rows=64))
@@ -126,33 +129,24 @@ def test_a_full_disk_is_one_line_naming_the_file_and_what_to_do(tmp_path):
     out = python(FULL_DISK.format(limit=200_000, path=str(path)))
     assert out.returncode == 0, out.stderr  # no segfault, nothing raised by close()
     lines = out.stdout.splitlines()
-    assert lines[0] == (f"{path}: writing 65,536 bytes (a slab of rows) failed (File too large, errno 27); free "
+    assert lines[0] == (f"{path}: writing 69,632 bytes (a slab of rows) failed (File too large, errno 27); free "
                         "space on that disk, or put the tables' files on a larger one (tools/train.py --ssd-dir)")
     assert lines[1:] == ["again: True"] * 3 + ["closed"], out.stdout
     assert out.stderr == "" and not (tmp_path / "rows.h5.lock").exists()
 
 
-class FailingWrites:
-    """A dataset id whose raw chunk writes fail as a full disk makes them; reads go to the real one."""
-
-    def __init__(self, real):
-        self.real = real
-
-    def read_direct_chunk(self, *args, **kw):
-        return self.real.read_direct_chunk(*args, **kw)
-
-    def write_direct_chunk(self, *args):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-
-def test_a_failed_row_write_names_its_bytes_and_closes_quietly(rng, tmp_path):
+def test_a_failed_row_write_is_one_line_and_closes_quietly(rng, tmp_path, monkeypatch):
     t, ids, ref = filled(tmp_path / "rows.h5", rng)
-    real = t.ds
-    t.ds = types.SimpleNamespace(id=FailingWrites(real.id))
-    with pytest.raises(SsdFileError) as e:
+    t.sync()
+
+    def full(fd, buffers, offset):  # as a full disk fails a write
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "pwritev", full)
+    with pytest.raises(SsdFileError) as e:  # the write goes in the background: the error comes by the sync
         t.write(ids[:5], ref[:5] + 1)
-    assert str(e.value) == (f"{tmp_path / 'rows.h5'}: writing 512 bytes of rows failed (No space left on device); "
-                            "free space on that disk, or put the tables' files on a larger one "
+        t.sync()
+    assert str(e.value) == (f"{tmp_path / 'rows.h5'}: writing rows back in the background failed (No space left on "
+                            "device, errno 28); free space on that disk, or put the tables' files on a larger one "
                             "(tools/train.py --ssd-dir)")
     with pytest.raises(SsdFileError) as again:
         t.read(ids)
