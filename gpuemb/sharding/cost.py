@@ -13,8 +13,9 @@ Memory follows the store (``gpuemb.store``), per key of a level:
   device (with one spare row, and two small counters), so it is charged to the device: ``DEVICE_KEY_BYTES`` a key
   beside its row. A device home is charged the same: without ``max_rows`` it keeps only the update count, but a
   config may bound it (then it keeps all but the dirty flag), and the plan does not know. A host or ssd home never
-  evicts, so it keeps no key, dirty flag or policy state, only the update count (``STEP_BYTES``) and the slab
-  allocator's used flag (``USED_FLAG_BYTES``, 1). Those arrays grow by a quarter ahead, so up to 1.25
+  evicts, so it keeps no key, dirty flag or policy state: a host home keeps the update count (``STEP_BYTES``) and
+  the slab allocator's used flag (``USED_FLAG_BYTES``, 1), an ssd home only the used flag, its update counts being
+  in the file beside each row (``STEP_BYTES`` of ssd a key). Those arrays grow by a quarter ahead, so up to 1.25
   times these bytes right after a growth; they are ``host_meta``: reported, not charged to the host tier, whose
   budget is for rows. Not counted: a level's free stack (8 bytes per freed row, on the level's device), and slab
   rounding: a tier grows ``slab_rows`` rows at a time (65536 by default), and a device level keeps room for a
@@ -39,7 +40,7 @@ INDEX_BYTES = 24
 STEP_BYTES = 4
 SLOT_BYTES = 8 + STEP_BYTES + 1 + 4 + 4 + 4 + 1
 USED_FLAG_BYTES = 1
-HOME_META_BYTES = {"device": 0, "host": STEP_BYTES + USED_FLAG_BYTES, "ssd": STEP_BYTES + USED_FLAG_BYTES}
+HOME_META_BYTES = {"device": 0, "host": STEP_BYTES + USED_FLAG_BYTES, "ssd": USED_FLAG_BYTES}
 DEVICE_KEY_BYTES = INDEX_BYTES + SLOT_BYTES  # a device level's bytes a key, beside its row
 KEY_BYTES = 8
 CODEC_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
@@ -117,7 +118,7 @@ def shard_memory(spec, rows, cols=None, home="device", cache_rows=0):
     on_device = rows if home == "device" else cache_rows
     return Memory(device=on_device * (rb + DEVICE_KEY_BYTES),
                   host={"device": 0, "host": rows * (rb + INDEX_BYTES), "ssd": rows * INDEX_BYTES}[home],
-                  ssd=rows * rb if home == "ssd" else 0,
+                  ssd=rows * (rb + STEP_BYTES) if home == "ssd" else 0,
                   host_meta=rows * HOME_META_BYTES[home])
 
 

@@ -4,7 +4,7 @@ import pytest
 from gpuemb import optim
 from gpuemb.kernels.codecs import CODECS
 from gpuemb.sharding.cost import (CODEC_BYTES, HOME_META_BYTES, INDEX_BYTES, SLOT_BYTES, STEP_BYTES, USED_FLAG_BYTES,
-                                  Memory, RankCost, placement_costs, rank_costs, shard_memory, vector_bytes)
+                                  Memory, RankCost, placement_costs, rank_costs, row_bytes, shard_memory, vector_bytes)
 from gpuemb.sharding.plan import Placement, Plan, Shard
 from gpuemb.sharding.spec import RankBudget, TableSpec
 from gpuemb.store.options import StoreOptions, TableConfig
@@ -18,7 +18,7 @@ def test_memory_per_home_by_hand():
     assert shard_memory(SGD8, 1000, home="host", cache_rows=100) == Memory(
         device=100 * (32 + 24 + 26), host=1000 * (32 + 24), host_meta=1000 * (4 + 1))
     assert shard_memory(SGD8, 1000, home="ssd", cache_rows=100) == Memory(
-        device=100 * (32 + 24 + 26), host=1000 * 24, ssd=1000 * 32, host_meta=1000 * (4 + 1))
+        device=100 * (32 + 24 + 26), host=1000 * 24, ssd=1000 * (32 + 4), host_meta=1000 * 1)
     half = TableSpec("h", 10, 8, dtype="float16", rule="RowwiseAdagradRule")  # 8 weights + 1 accumulator
     # a float16 table keeps its weights in float16 and its state in float32: 4 weights x 2 + 1 accumulator x 4
     assert shard_memory(half, 10, cols=4).device == 10 * (4 * 2 + 4 + 24 + 26)
@@ -51,6 +51,17 @@ def test_per_key_constants_match_the_store(n, rng):
     assert len(home) == n and STEP_BYTES <= bookkeeping_per_slot(home) / home.tier.capacity <= 1.25 * STEP_BYTES
     assert home.alloc.overhead_bytes / len(home) <= 1.25 * USED_FLAG_BYTES
     assert HOME_META_BYTES["host"] == STEP_BYTES + USED_FLAG_BYTES
+
+
+def test_an_ssd_home_keeps_only_its_used_flags_in_memory(tmp_path, rng):
+    options = StoreOptions("ssd", cache_rows=512, ssd_path=str(tmp_path / "t.h5"), slab_rows=1024, chunk_rows=64)
+    ssd = EmbeddingTable(TableConfig("s", 8, options=options))
+    for batch in rng.choice(1 << 40, 3000, replace=False).reshape(-1, 200):
+        ssd.lookup(batch).sum().backward()
+    home = ssd.home  # the update counts are in the file, each beside its row
+    assert len(home) == 3000 and bookkeeping_per_slot(home) == 0 and HOME_META_BYTES["ssd"] == USED_FLAG_BYTES
+    assert home.tier.record.itemsize == row_bytes(SGD8) + STEP_BYTES
+    ssd.close()
 
 
 def test_codec_bytes():

@@ -32,8 +32,7 @@ def home_bytes_per_key(t, keys, rng):
     return per_key, s
 
 
-@pytest.mark.parametrize("placement", ["host", pytest.param("ssd", marks=pytest.mark.xfail(
-    strict=True, reason="the ssd home keeps its steps in memory until its tier stores them beside the rows"))])
+@pytest.mark.parametrize("placement", ["host", "ssd"])
 def test_a_home_keeps_its_index_allocator_and_no_more(placement, tmp_path, rng):
     t = table(tmp_path, placement, cache_rows=64)
     keys = rng.choice(1 << 60, KEYS, replace=False)
