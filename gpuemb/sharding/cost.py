@@ -7,16 +7,19 @@ Memory follows the store (``gpuemb.store``), per key of a level:
 - ``INDEX_BYTES`` for the key index, in the same memory as the index: the device for a device level, the host
   for a host or ssd home. By its own account (``store/key_index.py``) the index costs 15 to 21 bytes a key
   between rehashes; we charge 24, a bound with room;
-- ``SLOT_BYTES`` of per-slot bookkeeping, which ``RowLevel`` keeps beside its rows, in the level's memory: the
-  key (8), update count (4), dirty flag (1), the policy's last use, use count and pins (4 + 4 + 4) and occupied
-  flag (1). A device level keeps it on the device (with one spare row, and two small counters), so it is
-  charged to the device: ``DEVICE_KEY_BYTES`` a key beside its row. A host or ssd home keeps it in NumPy, with
-  the slab allocator's used flag (``USED_FLAG_BYTES``, 1; kept per row handed out and grown by a quarter, so up
-  to 1.25), and those per-slot arrays grow a quarter ahead too (up to 1.25 times these 27 bytes right after a
-  growth); it is ``host_meta``: reported, not charged to the host tier, whose budget is for rows. Not counted: a
-  level's free stack (8 bytes per freed row, on the level's device), and slab rounding: a tier grows
-  ``slab_rows`` rows at a time (65536 by default), and a device level keeps room for a batch ahead, so a shard
-  may take up to a slab more; give small tables a small ``slab_rows``.
+- per-slot bookkeeping, which ``RowLevel`` keeps beside its rows, in the level's memory, only what the level reads
+  (docs/store.md, "Bytes a key"). A bounded level (a device cache) keeps ``SLOT_BYTES``: the key (8), update
+  count (4), dirty flag (1), the policy's last use, use count and pins (4 + 4 + 4) and occupied flag (1), on the
+  device (with one spare row, and two small counters), so it is charged to the device: ``DEVICE_KEY_BYTES`` a key
+  beside its row. A device home is charged the same: without ``max_rows`` it keeps only the update count, but a
+  config may bound it (then it keeps all but the dirty flag), and the plan does not know. A host or ssd home never
+  evicts, so it keeps no key, dirty flag or policy state: a host home keeps the update count (``STEP_BYTES``) and
+  the slab allocator's used flag (``USED_FLAG_BYTES``, 1), an ssd home only the used flag, its update counts being
+  in the file beside each row (``STEP_BYTES`` of ssd a key). Those arrays grow by a quarter ahead, so up to 1.25
+  times these bytes right after a growth; they are ``host_meta``: reported, not charged to the host tier, whose
+  budget is for rows. Not counted: a level's free stack (8 bytes per freed row, on the level's device), and slab
+  rounding: a tier grows ``slab_rows`` rows at a time (65536 by default), and a device level keeps room for a
+  batch ahead, so a shard may take up to a slab more; give small tables a small ``slab_rows``.
 
 Traffic per step, for a global batch of ``B`` samples over ``W`` ranks (``b = B / W`` each) and a table with
 ``L`` lookups per sample: a shard that gets a share ``q`` of the table's keys (1 table- and column-wise, ``1/W``
@@ -34,8 +37,10 @@ from gpuemb import optim
 from gpuemb.store.row_format import RowFormat
 
 INDEX_BYTES = 24
-SLOT_BYTES = 8 + 4 + 1 + 4 + 4 + 4 + 1
+STEP_BYTES = 4
+SLOT_BYTES = 8 + STEP_BYTES + 1 + 4 + 4 + 4 + 1
 USED_FLAG_BYTES = 1
+HOME_META_BYTES = {"device": 0, "host": STEP_BYTES + USED_FLAG_BYTES, "ssd": USED_FLAG_BYTES}
 DEVICE_KEY_BYTES = INDEX_BYTES + SLOT_BYTES  # a device level's bytes a key, beside its row
 KEY_BYTES = 8
 CODEC_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
@@ -113,8 +118,8 @@ def shard_memory(spec, rows, cols=None, home="device", cache_rows=0):
     on_device = rows if home == "device" else cache_rows
     return Memory(device=on_device * (rb + DEVICE_KEY_BYTES),
                   host={"device": 0, "host": rows * (rb + INDEX_BYTES), "ssd": rows * INDEX_BYTES}[home],
-                  ssd=rows * rb if home == "ssd" else 0,
-                  host_meta=(rows if home != "device" else 0) * (SLOT_BYTES + USED_FLAG_BYTES))
+                  ssd=rows * (rb + STEP_BYTES) if home == "ssd" else 0,
+                  host_meta=rows * HOME_META_BYTES[home])
 
 
 def vector_bytes(cols, codec):

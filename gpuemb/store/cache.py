@@ -33,6 +33,7 @@ class CacheLevel(RowLevel):
 
     Traffic with the level below, per batch: the missed keys go down, their rows and steps come up, and the dirty
     rows it evicts go down with their keys and steps, one packed copy each (``_pack``), and none when empty."""
+    writes_down = True
 
     def __init__(self, tier, bound, policy, below, what):
         super().__init__(tier, bound, policy, what)
@@ -66,7 +67,8 @@ class CacheLevel(RowLevel):
 
     def _write_down(self, slots):
         xp = self.xp
-        packed = to_host(_pack(xp, self.keys[slots], self.tier.read(slots), self.steps[slots]))
+        rows, steps = self.read(slots)
+        packed = to_host(_pack(xp, self.keys[slots], rows, steps))
         keys, rows, steps = _unpack(np, packed, (np.int64, 1), (self.tier.dtype, self.tier.width), (np.int32, 1))
         self.below.put(keys, rows, steps)
         self.dirty[slots] = False

@@ -4,10 +4,13 @@ A table is a chain of levels, top first: the device rows the lookup reads, then 
 home level that holds every key (docs/design.md, "The embedding store"). A level above the home is a ``CacheLevel``
 (``cache.py``: misses come from below, dirty rows are written back); the bottom one is the ``HomeLevel``
 (``home.py``: absent keys are new). Both are a ``RowLevel``: its own ``KeyIndex`` (key -> slot), its slots
-(``DeviceSlots`` on a device tier, ``SlabAllocator`` on a host one), and beside the tier, per slot: the key, the
-row's update count (``steps``), a dirty flag (changed since it came from below), a pin count, and the policy's
-bookkeeping. A bounded level evicts by its policy when full. Pinned rows are never evicted: a batch pins its rows
-from lookup (or prefetch) until its update, so its slots stay valid.
+(``DeviceSlots`` on a device tier, ``SlabAllocator`` on a host one), and beside the tier, per slot, only what it
+reads: the row's update count (``steps``), unless the tier keeps it beside the row (the SSD tier); in a bounded
+level, the key (to forget an evicted one) and the policy's use and pin counts; in a cache, a dirty flag (changed
+since it came from below). A bounded level evicts by its policy when full. Pinned rows are never evicted: a batch
+pins its rows from lookup (or prefetch) until its update, so its slots stay valid. An unbounded level (every host
+or ssd home, a device home without ``max_rows``) never evicts, so it keeps no key, pin or use per slot: at a
+terabyte of keys those would be most of its memory (docs/store.md, "Bytes a key").
 
 The bookkeeping lives beside the rows, on the tier's device, and is vectorised per batch by masks rather than by
 compacting: a batch's keys, their slots and "is it a miss" are arrays of the batch's size, and nothing counts them
@@ -97,12 +100,25 @@ class EvictionPolicy:
         return xp.argsort(score, kind="stable")[:n]
 
 
+class NoEviction:
+    """The policy of an unbounded level, which never evicts: it keeps nothing per slot, so its growth, inserts,
+    removals, uses and pins are all one no-op."""
+    nbytes = 0
+
+    def ignore(self, slots_or_capacity):
+        """Nothing to record."""
+
+    grow = insert = remove = touch = pin = unpin = ignore
+
+
 class RowLevel:
     """The rows of some keys in ``tier``: at most ``bound`` of them (None: grows), evicting by ``policy``.
 
     ``what`` names the setting that sizes the bound, for error messages. A subclass says where the rows of absent
-    keys come from (``_fetch``), what becomes of the rows it evicts (``_evicting``) and what ``flush`` does.
+    keys come from (``_fetch``), what becomes of the rows it evicts (``_evicting``) and what ``flush`` does, and
+    whether it writes rows down (``writes_down``: then it keeps dirty flags).
     """
+    writes_down = False
 
     def __init__(self, tier, bound=None, policy="lru", what="max_rows"):
         self.tier, self.bound, self.what = tier, bound, what
@@ -110,10 +126,12 @@ class RowLevel:
         self.xp = xp = backend.xp if device else np  # the bookkeeping lives beside the rows
         self.index = KeyIndex(xp=xp)
         self.alloc = DeviceSlots(tier, xp) if device else SlabAllocator(tier)
-        self.policy = EvictionPolicy(policy, xp)
-        self.keys = xp.zeros(1, np.int64)   # the key in each slot; the last row is the dump row (EvictionPolicy)
-        self.steps = xp.zeros(1, np.int32)  # each row's update count, moved with the row
-        self.dirty = xp.zeros(1, np.bool_)
+        bounded = bound is not None
+        self.policy = EvictionPolicy(policy, xp) if bounded else NoEviction()
+        # Per slot, each array only where it is read; each has a last row more, the dump row (EvictionPolicy).
+        self.keys = xp.zeros(1, np.int64) if bounded else None  # to forget evicted keys (and write them down)
+        self.steps = None if tier.stores_steps else xp.zeros(1, np.int32)  # each row's update count
+        self.dirty = xp.zeros(1, np.bool_) if self.writes_down else None  # changed since it came from below
         self.counters = xp.zeros(3, np.int64)  # hits, misses, evictions: counted where the masks are
         self.used_bound = 0  # host: at most this many rows are held
         self.pins_held = 0  # host: the pins of acquires not yet unpinned, at least the rows pinned (no read)
@@ -126,22 +144,49 @@ class RowLevel:
     evictions = property(lambda self: int(to_host(self.counters)[2]))
 
     @property
+    def per_slot(self):
+        """The per-slot arrays this level keeps besides the policy's."""
+        return [a for a in (self.keys, self.steps, self.dirty) if a is not None]
+
+    @property
     def overhead_bytes(self):
         """Index, allocator and per-slot bookkeeping bytes: everything but the rows."""
-        return (self.index.nbytes + self.alloc.overhead_bytes + self.policy.nbytes + self.keys.nbytes
-                + self.steps.nbytes + self.dirty.nbytes + self.counters.nbytes)
+        return (self.index.nbytes + self.alloc.overhead_bytes + self.policy.nbytes + self.counters.nbytes
+                + sum(a.nbytes for a in self.per_slot))
 
     def here(self, a):
         """``a`` on this level's device: one counted copy where it crosses, none where it is there already."""
         return backend.to_device(a) if self.xp is backend.xp else to_host(a)
 
     def _where(self, slots, mask):
-        """``slots`` where ``mask`` is set, the dump row elsewhere: a masked write without compacting."""
-        return self.xp.where(mask, slots, self.policy.dump)
+        """``slots`` where ``mask`` is set, the dump row elsewhere: a masked write without compacting. Every
+        per-slot array, the policy's too, grows alike (``_grow``), so they share the dump row; a level that keeps
+        none passes the result only to ``NoEviction``, which ignores it."""
+        kept = self.per_slot
+        return self.xp.where(mask, slots, kept[0].shape[0] - 1 if kept else 0)
 
     def locate(self, keys):
         """The slot of each key here (int64, on this level's device), -1 where absent."""
         return self.index.find(keys)
+
+    def read(self, slots):
+        """``(rows [n, width], steps [n])`` at ``slots``."""
+        if self.steps is None:
+            return self.tier.read(slots, with_steps=True)
+        return self.tier.read(slots), self.steps[slots]
+
+    def write(self, slots, rows, steps, where=None):
+        """Store ``rows`` and their ``steps`` at ``slots``, only where the mask ``where`` is set when given."""
+        if self.steps is None:
+            self.tier.write(slots, rows, where=where, steps=steps)
+            return
+        self.tier.write(slots, rows, where=where)
+        self.steps[slots if where is None else self._where(slots, where)] = steps
+
+    def changed(self, slots):
+        """The rows at ``slots`` are newer than below: a level that writes down marks them dirty."""
+        if self.dirty is not None:
+            self.dirty[slots] = True
 
     def acquire(self, keys):
         """Slots of ``keys`` (distinct, int64 on this level's device), bringing absent rows here; each gets one pin
@@ -152,8 +197,7 @@ class RowLevel:
         self._count(miss)
         slots = self._insert(keys, miss, slots)
         rows, steps = self._fetch(keys, miss)
-        self.tier.write(slots, rows, where=miss)
-        self.steps[self._where(slots, miss)] = steps
+        self.write(slots, rows, steps, where=miss)
         self.policy.pin(self._where(slots, miss))
         self.policy.touch(slots)
         self.pins_held += keys.shape[0]
@@ -170,9 +214,9 @@ class RowLevel:
     def take(self, keys):
         """``(rows, steps)`` of ``keys`` for the level above, brought here first."""
         slots = self.acquire(keys)
-        rows = self.tier.read(slots)
+        got = self.read(slots)
         self.unpin(slots)
-        return rows, self.steps[slots]
+        return got
 
     def put(self, keys, rows, steps):
         """Store rows written back from above (or imported), making room as needed; they are dirty here."""
@@ -183,9 +227,8 @@ class RowLevel:
         self.policy.pin(held)  # making room must not evict the rows being overwritten
         slots = self._insert(keys, miss, slots)
         self.policy.unpin(held)
-        self.tier.write(slots, rows)
-        self.steps[slots] = self.here(steps)
-        self.dirty[slots] = True
+        self.write(slots, rows, self.here(steps))
+        self.changed(slots)
         self.policy.touch(slots)
 
     def drop(self, keys):
@@ -211,14 +254,21 @@ class RowLevel:
         pos, is_new = self.index.claim(keys, fresh)  # for distinct keys, is_new is miss
         new = self.alloc.alloc_where(is_new)
         self.index.assign(pos, self.xp.where(is_new, new, slots))
-        cap = self.tier.capacity
-        self.keys, self.steps, self.dirty = (grown_to(a, cap + 1) for a in (self.keys, self.steps, self.dirty))
-        self.policy.grow(cap)
+        self._grow()
         put = self._where(new, is_new)
         self.policy.insert(put)
-        self.keys[put] = keys
-        self.dirty[put] = False
+        if self.keys is not None:
+            self.keys[put] = keys
+        if self.dirty is not None:
+            self.dirty[put] = False
         return self.xp.where(is_new, new, slots)
+
+    def _grow(self):
+        """Grow the per-slot arrays, the policy's too, to the tier's rows and the dump row."""
+        cap = self.tier.capacity
+        self.keys, self.steps, self.dirty = (None if a is None else grown_to(a, cap + 1)
+                                             for a in (self.keys, self.steps, self.dirty))
+        self.policy.grow(cap)
 
     def _settle(self, n, miss):
         """Make room for at most ``n`` new rows (those of ``miss``) and return a bound on the new keys. Reads

@@ -172,15 +172,14 @@ class EmbeddingTable:
             self._update_rows(keys, slots, positions, grads)
 
     def _update_rows(self, keys, slots, positions, grads):
-        """Everything here stays on the top level's device: positions, slots, rows, steps and dirty flags."""
+        """Everything here stays on the top level's device: positions, slots, rows, steps and a cache's dirty flags."""
         s = slots[positions]
-        rows = self.format.unpack(self.top.tier.read(s))  # float16 weights: updated in float32, rounded back
+        rows, steps = self.top.read(s)
+        rows = self.format.unpack(rows)  # float16 weights: updated in float32, rounded back
         xp = backend.get_array_module(rows)
-        steps = self.top.steps[s]
         update_rows(rows, steps, xp.arange(s.shape[0]), grads, self.rule, self.lr)
-        self.top.tier.write(s, self.format.pack(rows))
-        self.top.steps[s] = steps
-        self.top.dirty[s] = True
+        self.top.write(s, self.format.pack(rows), steps)
+        self.top.changed(s)
         self._dirty.append(keys[positions])
         self.top.unpin(slots)
 
@@ -222,7 +221,8 @@ class EmbeddingTable:
             k, s = to_host(k), to_host(s)
             k, s = k[s >= 0], s[s >= 0]
             if k.size:
-                yield k, to_host(self.home.tier.read(s)), to_host(self.home.steps[self.home.here(s)]).copy()
+                rows, steps = self.home.read(self.home.here(s))
+                yield k, to_host(rows), to_host(steps).copy()
 
     def keys(self, chunk=1 << 16):
         """Every key, in chunks."""
@@ -237,8 +237,9 @@ class EmbeddingTable:
         self.home.put(keys, self.home.here(rows), self.home.here(np.asarray(to_host(steps), np.int32)))
 
     def stats(self):
-        """Rows, bytes and per-level traffic; ``overhead_bytes_per_key`` counts everything but the rows, and
-        ``weight_bytes_per_row`` the stored weights of a row (half of ``4·dim`` for a float16 table)."""
+        """Rows, bytes and per-level traffic; ``overhead_bytes_per_key`` counts everything but the rows, over the
+        table's keys, and each level's its own bookkeeping (index, allocator, per-slot arrays) over its rows;
+        ``weight_bytes_per_row`` is the stored weights of a row (half of ``4·dim`` for a float16 table)."""
         home, spec = self.home, self.home.tier.spec
         n = max(len(home), 1)
         out = {"keys": len(home), "row_bytes": spec.row_bytes, "weight_bytes_per_row": self.format.weight_bytes,
@@ -246,9 +247,10 @@ class EmbeddingTable:
                "index_allocator_bytes_per_key": (home.index.nbytes + home.alloc.overhead_bytes) / n,
                "overhead_bytes_per_key": sum(level.overhead_bytes for level in self.levels) / n, "levels": []}
         for level in self.levels:
-            seen = level.hits + level.misses
+            seen, rows = level.hits + level.misses, len(level)
             out["levels"].append({
-                "tier": type(level.tier).__name__, "rows": len(level), "bound": level.bound,
+                "tier": type(level.tier).__name__, "rows": rows, "bound": level.bound,
+                "overhead_bytes": level.overhead_bytes, "overhead_bytes_per_key": level.overhead_bytes / max(rows, 1),
                 "bytes": level.tier.nbytes, "hit_rate": level.hits / seen if seen else None, "hits": level.hits,
                 "misses": level.misses, "evictions": level.evictions, "bytes_read": level.tier.bytes_read,
                 "bytes_written": level.tier.bytes_written})

@@ -3,8 +3,8 @@ import pytest
 
 from gpuemb import optim
 from gpuemb.kernels.codecs import CODECS
-from gpuemb.sharding.cost import (CODEC_BYTES, INDEX_BYTES, SLOT_BYTES, USED_FLAG_BYTES, Memory, RankCost,
-                                  placement_costs, rank_costs, shard_memory, vector_bytes)
+from gpuemb.sharding.cost import (CODEC_BYTES, HOME_META_BYTES, INDEX_BYTES, SLOT_BYTES, STEP_BYTES, USED_FLAG_BYTES,
+                                  Memory, RankCost, placement_costs, rank_costs, row_bytes, shard_memory, vector_bytes)
 from gpuemb.sharding.plan import Placement, Plan, Shard
 from gpuemb.sharding.spec import RankBudget, TableSpec
 from gpuemb.store.options import StoreOptions, TableConfig
@@ -16,9 +16,9 @@ SGD8 = TableSpec("t", 1000, 8, lookups_per_sample=2, rule="SGDRule")  # a row is
 def test_memory_per_home_by_hand():
     assert shard_memory(SGD8, 1000) == Memory(device=1000 * (32 + 24 + 26))
     assert shard_memory(SGD8, 1000, home="host", cache_rows=100) == Memory(
-        device=100 * (32 + 24 + 26), host=1000 * (32 + 24), host_meta=1000 * 27)
+        device=100 * (32 + 24 + 26), host=1000 * (32 + 24), host_meta=1000 * (4 + 1))
     assert shard_memory(SGD8, 1000, home="ssd", cache_rows=100) == Memory(
-        device=100 * (32 + 24 + 26), host=1000 * 24, ssd=1000 * 32, host_meta=1000 * 27)
+        device=100 * (32 + 24 + 26), host=1000 * 24, ssd=1000 * (32 + 4), host_meta=1000 * 1)
     half = TableSpec("h", 10, 8, dtype="float16", rule="RowwiseAdagradRule")  # 8 weights + 1 accumulator
     # a float16 table keeps its weights in float16 and its state in float32: 4 weights x 2 + 1 accumulator x 4
     assert shard_memory(half, 10, cols=4).device == 10 * (4 * 2 + 4 + 24 + 26)
@@ -26,27 +26,42 @@ def test_memory_per_home_by_hand():
         shard_memory(SGD8, 10, home="tape")
 
 
+def bookkeeping_per_slot(level):
+    """A level's bytes beside its index, allocator and counters: its per-slot arrays and its policy's."""
+    return level.overhead_bytes - level.index.nbytes - level.alloc.overhead_bytes - level.counters.nbytes
+
+
 @pytest.mark.parametrize("n", [3000, 20000])
 def test_per_key_constants_match_the_store(n, rng):
     keys = rng.choice(1 << 40, n, replace=False)
     device = EmbeddingTable(TableConfig("d", 8, options=StoreOptions(slab_rows=1024)))
     device.lookup(keys)
-    level = device.top  # a device level: its bookkeeping on the device, one spare row, no row freed yet
-    slots = level.overhead_bytes - level.index.nbytes - level.alloc.overhead_bytes - level.counters.nbytes
-    assert slots / (level.tier.capacity + 1) == SLOT_BYTES == 26
+    level = device.top  # an unbounded device home: only update counts, on the device, one spare row; none freed
+    assert bookkeeping_per_slot(level) / (level.tier.capacity + 1) == STEP_BYTES < SLOT_BYTES  # charged as bounded
     assert level.alloc.overhead_bytes == 8 + 16  # the free stack's spare entry and its two counters
     assert INDEX_BYTES / 2 <= level.index.nbytes / len(level) <= INDEX_BYTES  # a bound, and not a loose one
 
     cached = EmbeddingTable(TableConfig("h", 8, options=StoreOptions("host", cache_rows=512, slab_rows=1024)))
     for batch in keys.reshape(-1, 200):  # the cache evicts and frees rows; the home keeps them all
         cached.lookup(batch).sum().backward()
-    home = cached.levels[-1]  # a host level: NumPy arrays grown a quarter ahead, and the slab allocator's flags
-    used = home.alloc.stats().overhead_bytes
-    slots = home.overhead_bytes - home.index.nbytes - used - home.counters.nbytes
-    assert len(home) == n and SLOT_BYTES <= slots / home.tier.capacity <= 1.25 * SLOT_BYTES
-    assert used / len(home) <= 1.25 * USED_FLAG_BYTES
-    cache = cached.top  # its free stack holds at most the rows it freed
+    cache = cached.top  # a bounded device level: all of SLOT_BYTES; its free stack holds at most the rows it freed
+    assert bookkeeping_per_slot(cache) / (cache.tier.capacity + 1) == SLOT_BYTES == 26
     assert 8 + 16 < cache.alloc.overhead_bytes <= 8 * (cache.tier.capacity + 1) + 16
+    home = cached.home  # a host home: update counts in NumPy, grown a quarter ahead, and the allocator's flags
+    assert len(home) == n and STEP_BYTES <= bookkeeping_per_slot(home) / home.tier.capacity <= 1.25 * STEP_BYTES
+    assert home.alloc.overhead_bytes / len(home) <= 1.25 * USED_FLAG_BYTES
+    assert HOME_META_BYTES["host"] == STEP_BYTES + USED_FLAG_BYTES
+
+
+def test_an_ssd_home_keeps_only_its_used_flags_in_memory(tmp_path, rng):
+    options = StoreOptions("ssd", cache_rows=512, ssd_path=str(tmp_path / "t.h5"), slab_rows=1024, chunk_rows=64)
+    ssd = EmbeddingTable(TableConfig("s", 8, options=options))
+    for batch in rng.choice(1 << 40, 3000, replace=False).reshape(-1, 200):
+        ssd.lookup(batch).sum().backward()
+    home = ssd.home  # the update counts are in the file, each beside its row
+    assert len(home) == 3000 and bookkeeping_per_slot(home) == 0 and HOME_META_BYTES["ssd"] == USED_FLAG_BYTES
+    assert home.tier.record.itemsize == row_bytes(SGD8) + STEP_BYTES
+    ssd.close()
 
 
 def test_codec_bytes():
