@@ -78,6 +78,10 @@ class SsdTier(Tier):
         return self._offsets.size * self.slab_rows
 
     @property
+    def nbytes(self):
+        return self.capacity * self.record.itemsize
+
+    @property
     def chunks_written(self):
         return self._back.chunks
 

@@ -237,7 +237,8 @@ class EmbeddingTable:
         self.home.put(keys, self.home.here(rows), self.home.here(np.asarray(to_host(steps), np.int32)))
 
     def stats(self):
-        """Rows, bytes and per-level traffic; ``overhead_bytes_per_key`` counts everything but the rows, over the
+        """Rows, bytes and per-level traffic (an ssd level's also in chunks, with the seconds callers waited for the
+        disk); ``overhead_bytes_per_key`` counts everything but the rows, over the
         table's keys, and each level's its own bookkeeping (index, allocator, per-slot arrays) over its rows;
         ``weight_bytes_per_row`` is the stored weights of a row (half of ``4·dim`` for a float16 table)."""
         home, spec = self.home, self.home.tier.spec
@@ -253,7 +254,9 @@ class EmbeddingTable:
                 "overhead_bytes": level.overhead_bytes, "overhead_bytes_per_key": level.overhead_bytes / max(rows, 1),
                 "bytes": level.tier.nbytes, "hit_rate": level.hits / seen if seen else None, "hits": level.hits,
                 "misses": level.misses, "evictions": level.evictions, "bytes_read": level.tier.bytes_read,
-                "bytes_written": level.tier.bytes_written})
+                "bytes_written": level.tier.bytes_written,
+                **{k: getattr(level.tier, k) for k in ("chunks_read", "chunks_written", "io_seconds")
+                   if hasattr(level.tier, k)}})
         return out
 
     def close(self):
