@@ -14,6 +14,7 @@ one written again while its write is in flight waits for it, so the disk never e
 import errno
 import os
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 
@@ -38,8 +39,14 @@ def _move(call, fd, offset, buffers):
             views[0] = views[0][n:]
 
 
-def _moves(call, fd, jobs):
-    for offset, buffers in jobs:
+def _drain(call, fd, jobs):
+    """Make the calls of the shared deque ``jobs`` until it is empty: a thread whose calls return early takes more,
+    so a slow read holds up its own thread only, not a fixed share of the batch behind it."""
+    while True:
+        try:
+            offset, buffers = jobs.popleft()  # atomic: the threads share the deque without a lock
+        except IndexError:
+            return
         _move(call, fd, offset, buffers)
 
 
@@ -66,10 +73,9 @@ class ChunkIO:
 
     def submit(self, write, offsets, buffers):
         """Start moving ``buffers[i]`` from (``write``: to) ``offsets[i]``; returns the futures of the calls."""
-        jobs = self._jobs(np.asarray(offsets, np.int64), buffers)
+        jobs = deque(self._jobs(np.asarray(offsets, np.int64), buffers))
         call = os.pwritev if write else os.preadv
-        lanes = min(self.threads, len(jobs))
-        return [self.pool.submit(_moves, call, self.fd, jobs[i::lanes]) for i in range(lanes)]
+        return [self.pool.submit(_drain, call, self.fd, jobs) for _ in range(min(self.threads, len(jobs)))]
 
     def read(self, offsets, buffers):
         """Fill ``buffers`` from ``offsets``; returns the seconds it waited.
