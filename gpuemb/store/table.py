@@ -26,6 +26,7 @@ from gpuemb.optim import update_rows
 from .cache import CacheLevel
 from .home import HomeLevel
 from .init import initial_weights
+from .lease import Lease, hold
 from .row_format import RowFormat
 from .ssd_tier import SsdTier
 from .tiers import DeviceTier, HostTier, TierSpec
@@ -70,6 +71,7 @@ class EmbeddingTable:
         self.top, self.home = self.levels[0], self.levels[-1]
         self._prefetched = deque()  # (keys, unique keys, inverse, pinned slots) of prefetched batches, oldest first
         self._lock = threading.Lock()  # held while a level's rows or bookkeeping change
+        self._released = deque()  # slots of lookups let go without a backward, to unpin at the next lock
         self._dirty = []  # arrays of keys updated since clear_dirty()
         self.held = None  # a list while updates wait for release_updates() (a loss-scaled step), else None
 
@@ -86,6 +88,7 @@ class EmbeddingTable:
         beside them whenever it runs. It counts pins on the host (``RowLevel.pins_held``), so the step that asks
         does not wait for the device; a row pinned twice counts twice, which only errs towards skipping."""
         with self._lock:
+            self._unpin_released()
             bound = self.top.bound
             return None if bound is None else bound - self.top.pins_held
 
@@ -104,6 +107,7 @@ class EmbeddingTable:
                 cold = self._cold_slots(unique)
             self.home.tier.read_ahead(cold)
         with self._lock:
+            self._unpin_released()
             self._prefetched.append((keys, unique, inverse, self.top.acquire(unique)))
         return True
 
@@ -133,6 +137,7 @@ class EmbeddingTable:
             unique, inverse = backend.unique(keys, return_inverse=True)
             return Tensor(embedding_bag(self._peek(unique), inverse, offsets, mode or "sum"))
         with self._lock:
+            self._unpin_released()
             ahead = self._prefetched.popleft() if self._prefetched else None
             if ahead is not None and _same(ahead[0], keys):  # prefetched: sorted and pinned already
                 _, unique, inverse, slots = ahead
@@ -145,8 +150,21 @@ class EmbeddingTable:
         if not is_grad_enabled():
             self.top.unpin(slots)
             return Tensor(embedding_bag(weights, inverse, offsets, mode or "sum"))
-        fn = EmbeddingBagFunction(inverse, offsets, mode or "sum", lambda u, g: self._update(unique, slots, u, g))
-        return fn.apply(Tensor(weights, requires_grad=True))
+        lease = Lease(self, slots)  # the backward takes the pins; a lookup let go gives them back (lease.py)
+        fn = EmbeddingBagFunction(inverse, offsets, mode or "sum",
+                                  lambda u, g: self._update(unique, lease.take(), u, g))
+        out = fn.apply(Tensor(weights, requires_grad=True))
+        hold(fn, lease)
+        return out
+
+    def _unpin_released(self):
+        """Unpin the slots of lookups let go since the last lock (the caller holds it)."""
+        while self._released:
+            self.top.unpin(self._released.popleft())
+
+    def _settle_releases(self):
+        with self._lock:
+            self._unpin_released()
 
     def _peek(self, unique):
         """The weights of ``unique`` keys without inserting any: an evaluation must not grow the table (nor, under
@@ -169,6 +187,7 @@ class EmbeddingTable:
             self.held.append((keys, slots, positions, grads))
             return
         with self._lock:  # a prefetch on another thread may be moving rows of this level
+            self._unpin_released()
             self._update_rows(keys, slots, positions, grads)
 
     def _update_rows(self, keys, slots, positions, grads):
