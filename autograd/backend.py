@@ -161,6 +161,20 @@ def kernel_stream(array):
     return 0
 
 
+HOST_ALIGN = 64  # bytes: XLA's CPU client (jax.numpy.from_dlpack) copies any buffer that starts elsewhere
+
+
+def aligned_empty(shape, dtype):
+    """A host array whose data starts on a ``HOST_ALIGN``-byte boundary. NumPy aligns only to 16, so about three in
+    four of its arrays would be copied by a DLPack consumer that wants 64; the store's outputs, which other stacks
+    take without a copy, are made here."""
+    dtype = numpy.dtype(dtype)
+    nbytes = int(numpy.prod(shape, dtype=numpy.int64)) * dtype.itemsize
+    raw = numpy.empty(nbytes + HOST_ALIGN, numpy.uint8)
+    start = -raw.ctypes.data % HOST_ALIGN
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
 def pinned_empty(shape, dtype=numpy.float32):
     """A host array in page-locked memory where there is a GPU, so copies to the device can be asynchronous."""
     if _cupy is None:

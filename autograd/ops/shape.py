@@ -1,7 +1,7 @@
 """Ops that move data without arithmetic: reshape, transpose, concat, split, indexing and row gathers."""
 import numpy
 
-from ..backend import get_array_module, scatter_add
+from ..backend import aligned_empty, get_array_module, scatter_add
 from ..function import Function, ShapeError
 from ..tensor import Tensor
 
@@ -46,7 +46,12 @@ class Concat(Function):
             if x.ndim != xs[0].ndim or any(a != b for i, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if i != axis):
                 raise ShapeError(f"concat: shapes {xs[0].shape} and {x.shape} differ outside axis {self.axis}")
         self.sizes = [x.shape[axis] for x in xs]
-        return get_array_module(*xs).concatenate(xs, axis=axis)
+        xp = get_array_module(*xs)
+        if xp is not numpy:
+            return xp.concatenate(xs, axis=axis)
+        shape = list(xs[0].shape)
+        shape[axis] = sum(self.sizes)  # aligned: a collection's [B, F, D] goes to other stacks by DLPack
+        return numpy.concatenate(xs, axis=axis, out=aligned_empty(shape, numpy.result_type(*xs)))
 
     def backward(self, gy):
         xp = get_array_module(gy)

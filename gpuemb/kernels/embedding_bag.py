@@ -23,7 +23,7 @@ import numpy as np
 from numba import cuda
 
 from gpuemb.autograd import Function
-from gpuemb.autograd.backend import get_array_module, is_device_array
+from gpuemb.autograd.backend import aligned_empty, get_array_module, is_device_array
 
 from .gather import gather_rows_cpu, gather_rows_cuda
 from gpuemb.autograd.launch import blocks_for, kernel, stream_for
@@ -108,7 +108,7 @@ def _segment_rows_cpu(src, index, bounds, mean, out):
 def embedding_bag_cpu(table, slots, offsets=None, mode="sum"):
     if offsets is None:
         return gather_rows_cpu(table, slots)
-    out = np.empty((offsets.size - 1, table.shape[1]), dtype=table.dtype)
+    out = aligned_empty((offsets.size - 1, table.shape[1]), table.dtype)  # handed to other stacks by DLPack
     return _segment_rows_cpu(table, slots, offsets, mode == "mean", out)
 
 

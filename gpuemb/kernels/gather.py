@@ -13,10 +13,9 @@ indices it does not check, since that reads two values back and waits for the st
 indices are in range by construction (the store's slots come from its own allocator, below the tier's rows).
 """
 import numba
-import numpy as np
 from numba import cuda
 
-from gpuemb.autograd.backend import get_array_module, is_device_array
+from gpuemb.autograd.backend import aligned_empty, get_array_module, is_device_array
 
 from gpuemb.autograd.launch import blocks_for, kernel, stream_for
 
@@ -36,7 +35,7 @@ def _gather_rows_cpu(table, idx, out):
 
 
 def gather_rows_cpu(table, idx):
-    out = np.empty((idx.shape[0], table.shape[1]), dtype=table.dtype)
+    out = aligned_empty((idx.shape[0], table.shape[1]), table.dtype)  # handed to other stacks by DLPack
     _gather_rows_cpu(table, idx, out)
     return out
 
