@@ -12,7 +12,7 @@ modules by dotted module name, for a checkpoint.
 """
 import numpy as np
 
-from gpuemb.autograd import Tensor
+from gpuemb.autograd import Tensor, no_grad
 from gpuemb.autograd.backend import get_array_module, to_host
 from gpuemb.autograd.checks import fail, is_int
 from gpuemb.kernels.mlp import PRECISIONS
@@ -30,7 +30,10 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward")
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        if self.training:
+            return self.forward(*args, **kwargs)
+        with no_grad():  # eval mode is inference, one switch: no tape, no pinned rows, no keys inserted
+            return self.forward(*args, **kwargs)
 
     def named_children(self):
         """(name, module) of each direct sub-module."""
@@ -72,6 +75,8 @@ class Module:
         return self
 
     def eval(self):
+        """Evaluation mode, the one switch for inference: dropout off, embedding lookups that insert no key, and
+        a forward that records nothing for a backward (as under ``no_grad``); returns self."""
         return self.train(False)
 
     def set_precision(self, precision):

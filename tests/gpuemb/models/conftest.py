@@ -87,8 +87,9 @@ def _head_gradcheck(model, inputs):
 
     inputs: float64 arrays, the dense features and the stand-ins for what ``embed`` returns. The parameters are
     copied to float64 and swapped for gradcheck's leaves; so the fused kernels run their float64 path.
+    The model stays in training mode, which records the tape (eval mode records none); the cases set no
+    dropout, so every evaluation sees the same function.
     """
-    model.eval()
     names = [name for name, _ in model.named_parameters()]
     params = [to_host(p.data).astype(np.float64) for _, p in model.named_parameters()]
 
