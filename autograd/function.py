@@ -8,7 +8,7 @@ more than once.
 import contextlib
 import threading
 
-from .backend import get_array_module
+from .backend import get_array_module, is_device_array, to_device, to_host
 from .tensor import Tensor
 
 _grad_mode = threading.local()  # per thread, so a loader thread's no_grad never leaks into training
@@ -95,7 +95,8 @@ def _accumulate(current, g):
 
 
 def backward(tensor, grad=None):
-    """Fill ``.grad`` of every leaf tensor that ``tensor`` depends on and that requires a gradient."""
+    """Fill ``.grad`` of every leaf tensor that ``tensor`` depends on and that requires a gradient. ``grad`` may
+    be on the host for a device tensor, or the reverse (it comes from another stack): it is moved, one copy."""
     if not tensor.requires_grad:
         raise RuntimeError("backward() on a tensor that does not require a gradient: no input asked for one, "
                            "or it was computed under no_grad()")
@@ -104,6 +105,8 @@ def backward(tensor, grad=None):
             raise ShapeError(f"backward() without a gradient needs a single-element tensor, not shape {tensor.shape}")
         grad = tensor.xp.ones_like(tensor.data)
     grad = grad.data if isinstance(grad, Tensor) else grad
+    if is_device_array(tensor.data) != is_device_array(grad):  # e.g. another stack's host gradient: one copy
+        grad = to_device(grad) if is_device_array(tensor.data) else to_host(grad)
     if tuple(grad.shape) != tuple(tensor.shape):
         raise ShapeError(f"backward(): gradient of shape {tuple(grad.shape)} for a tensor of shape {tensor.shape}")
     if tensor.creator is None:

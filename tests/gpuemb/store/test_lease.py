@@ -27,9 +27,10 @@ def _table(placement, tmp_path, name="t"):
 
 
 @pytest.mark.parametrize("placement", ["device", "host", "ssd"])
-def test_abandoned_lookups_do_not_fill_a_bounded_level(placement, tmp_path):
+def test_abandoned_lookups_do_not_fill_a_bounded_level(placement, tmp_path, xp):
     """The JAX client's failure: a level of 8 rows, lookups of 4 fresh keys each, no backward; the third used to
-    raise StoreFullError. Now each dropped output gives its pins back, and training afterwards is unchanged."""
+    raise StoreFullError. Now each dropped output gives its pins back, and training afterwards is unchanged. (``xp``
+    runs it on the device too, in the emulation pass; the gradient stays a host array, as another stack's may.)"""
     table, rng = _table(placement, tmp_path), np.random.default_rng(1)
     for i in range(30):
         rows = table.lookup(rng.integers(0, 1 << 40, 4))  # the previous output is dropped here
@@ -51,7 +52,7 @@ def _order(keys, exported):
     return np.array([np.flatnonzero(keys == k)[0] for k in exported])
 
 
-def test_release_unpins_at_once_and_the_backward_then_refuses(tmp_path):
+def test_release_unpins_at_once_and_the_backward_then_refuses(tmp_path, xp):
     table, rng = _table("device", tmp_path), np.random.default_rng(2)
     keys = rng.integers(0, 1 << 40, 6)
     out = table.lookup(keys)
@@ -79,7 +80,7 @@ def test_a_lookup_that_updated_is_not_released(tmp_path):
         out.backward(np.ones((3, D), np.float32))
 
 
-def test_release_reaches_every_lookup_behind_a_collections_output(tmp_path):
+def test_release_reaches_every_lookup_behind_a_collections_output(tmp_path, xp):
     configs = [TableConfig(f"f{i}", D, options=StoreOptions(max_rows=16)) for i in range(3)]
     coll, rng = EmbeddingCollection(configs), np.random.default_rng(4)
     out = coll(rng.integers(0, 1 << 30, (5, 3)))
