@@ -73,3 +73,9 @@ def _eval_output(model, dense, sparse):
 @pytest.fixture
 def eval_output():
     return _eval_output
+
+
+@pytest.fixture
+def test_split():
+    """``test_split(rows)``: the synthetic data's held-out ``Batch`` (dense, sparse, label), as generated."""
+    return lambda rows: generate(SYNTHETIC, 0, rows, "test")[0]
