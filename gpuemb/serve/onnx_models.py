@@ -15,8 +15,10 @@ def dlrm(g, model, dense, emb, F, D):
     z = g.op("Concat", g.reshape(b, [-1, 1, D]), emb, axis=1)
     x = g.op("Concat", b, L.pairs(g, z, F + 1, model.self_interaction), axis=1)
     # The fused interaction pads to a multiple of PAD_TO with zeros: the top MLP reads only the real columns.
-    real = output_width(F, D, model.self_interaction, 1)
-    assert output_width(F, D, model.self_interaction, PAD_TO) == model.top.layers[0].weight.shape[1]
+    real, padded = output_width(F, D, model.self_interaction, 1), output_width(F, D, model.self_interaction, PAD_TO)
+    if padded != model.top.layers[0].weight.shape[1]:
+        raise ValueError(f"export: DLRM's top MLP reads {model.top.layers[0].weight.shape[1]} columns, not the "
+                         f"{padded} of its interaction; update gpuemb/serve/onnx_models.py to the model's padding")
     return g.reshape(L.mlp(g, x, model.top, in_columns=real), [-1])
 
 
