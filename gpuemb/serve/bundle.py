@@ -1,0 +1,73 @@
+"""Writing an inference bundle from a trained model: ``model.onnx`` (the dense part), ``tables.h5`` (the
+weights of every key the tables hold, as fp32, fp16 or int8 rows) and ``manifest.json``.
+
+This side reads the training model, so it loads the training stack; the runtime that reads a bundle
+(``Predictor``) does not.
+"""
+import dataclasses
+import os
+
+import h5py
+import numpy as np
+import onnx
+
+import gpuemb
+from gpuemb.autograd.plain import plain
+from gpuemb.models import MODELS
+
+from .manifest import ONNX_FILE, TABLES_FILE, write_manifest
+from .onnx_graph import OPSET
+from .onnx_models import export_onnx
+from .rows import check_format, encode
+
+
+def table_weights(table):
+    """``(keys [n] sorted, weights [n, D] float32)`` of every key ``table`` (an ``EmbeddingTable``) holds."""
+    chunks = list(table.export())
+    weights_cols = table.format.layout["weights"]
+    keys = np.concatenate([k for k, _, _ in chunks]) if chunks else np.zeros(0, np.int64)
+    rows = np.concatenate([r[:, weights_cols] for _, r, _ in chunks]) if chunks else np.zeros((0, table.dim))
+    order = np.argsort(keys, kind="stable")
+    weights = rows[order].astype(np.float32)
+    if not np.isfinite(weights).all():
+        raise ValueError(f"export: table {table.config.name!r} holds rows with NaN or inf; export a checkpoint "
+                         "from before the run diverged")
+    return keys[order], weights
+
+
+def _collection(model, attr, name):
+    c = getattr(model, attr)
+    names = [t.config.name for t in c.tables]
+    return {"input": name, "shared": c.shared, "dim": c.dim,
+            "feature_tables": names * c.n_features if c.shared else names}
+
+
+def write_bundle(model, out, rows="fp32"):
+    """Write the bundle of ``model`` (a ``gpuemb.models`` model with whole tables) into folder ``out``; returns
+    the manifest body."""
+    check_format(rows)
+    kind = {cls: name for name, cls in MODELS.items()}.get(type(model))
+    if kind is None:
+        raise ValueError(f"export: {type(model).__name__} is not one of gpuemb.models.MODELS")
+    os.makedirs(out, exist_ok=True)
+    onnx.save(export_onnx(model), os.path.join(out, ONNX_FILE))
+    collections = {"embeddings": _collection(model, "embeddings", "embeddings")}
+    if model.first_order:
+        collections["linear_embeddings"] = _collection(model, "linear_embeddings", "first_order")
+    tables = {}
+    with h5py.File(os.path.join(out, TABLES_FILE), "w") as f:
+        for attr in collections:
+            for t in getattr(model, attr).tables:
+                keys, weights = table_weights(t)
+                g = f.create_group(f"tables/{t.config.name}")
+                g.create_dataset("keys", data=keys)
+                for name, data in encode(weights, rows).items():
+                    g.create_dataset(name, data=data)
+                tables[t.config.name] = {"dim": t.dim, "dtype": t.config.dtype, "n_rows": int(keys.size),
+                                         "initializer": dataclasses.asdict(t.config.initializer)}
+    body = {"gpuemb_version": gpuemb.__version__, "model": kind, "hyper": model.hyper, "n_dense": model.n_dense,
+            "n_features": model.embeddings.n_features, "dim": model.embeddings.dim, "n_tasks": model.n_tasks,
+            "rows": rows, "onnx": ONNX_FILE, "opset": OPSET, "tables_file": TABLES_FILE,
+            "outputs": ["logits", "probabilities"], "collections": collections, "tables": tables}
+    return write_manifest(out, plain(body, "the bundle's manifest"))
+

@@ -1,0 +1,103 @@
+"""Predictor: a bundle's predictions from raw keys, with NumPy (and h5py, onnx to read the graph) alone.
+
+``predict(dense [B, n_dense], sparse [B, F] int64)`` looks the keys up in the bundle's tables (features that share
+a table have their keys mixed with the feature's index first, as in training; a key the tables never saw reads
+its initial weights, as the training model's eval does), then runs the ONNX graph on ``[dense, embeddings,
+first-order weights]``: with the NumPy interpreter of ``onnx_numpy.py`` or with onnxruntime.
+"""
+import importlib.util
+import os
+
+import h5py
+import numpy as np
+import onnx
+
+from .errors import BundleError
+from .keys import table_keys
+from .manifest import read_manifest
+from .onnx_numpy import NumpyGraph
+from .tables import BundleTable
+
+RUNTIMES = ("auto", "numpy", "onnxruntime")
+
+
+def _runtime(name, model):
+    if name not in RUNTIMES:
+        raise BundleError(f"runtime={name!r}; use one of {', '.join(RUNTIMES)}")
+    if name == "auto":
+        name = "onnxruntime" if importlib.util.find_spec("onnxruntime") else "numpy"
+    if name == "numpy":
+        return name, NumpyGraph(model).run
+    try:
+        import onnxruntime
+    except ImportError:
+        raise BundleError("runtime='onnxruntime' but onnxruntime is not installed; pip install onnxruntime, or "
+                          "use runtime='numpy'") from None
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    outputs = [o.name for o in model.graph.output]
+    return name, lambda feed: session.run(outputs, feed)
+
+
+class Predictor:
+    """The bundle in folder ``path``. ``host_cache_rows``: None loads every row into memory; n reads rows from
+    ``tables.h5`` on demand through an LRU of at most n rows per table. ``runtime``: "numpy", "onnxruntime", or
+    "auto" (onnxruntime where it is importable). ``verify``: hash every file against the manifest first."""
+
+    def __init__(self, path, host_cache_rows=None, runtime="auto", verify=True):
+        path = os.fspath(path)
+        if host_cache_rows is not None and (not isinstance(host_cache_rows, int) or host_cache_rows < 1):
+            raise BundleError(f"host_cache_rows={host_cache_rows!r}; use an int >= 1, or None to load every row")
+        self.manifest = m = read_manifest(path, verify)
+        try:
+            model = onnx.load(os.path.join(path, m["onnx"]))
+            self.runtime, self._run = _runtime(runtime, model)
+            self._file = h5py.File(os.path.join(path, m["tables_file"]), "r")
+            self.tables = {name: BundleTable(self._file, name, meta, m["rows"], host_cache_rows)
+                           for name, meta in m["tables"].items()}
+        except BundleError:
+            raise
+        except Exception as e:  # the files passed their checksums: a bundle written by something else, whatever breaks
+            raise BundleError(f"{path}: the bundle cannot be loaded ({type(e).__name__}: {e}); export it again "
+                              "with tools/export.py") from None
+        self.inputs = [i.name for i in model.graph.input]
+
+    def close(self):
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _check(self, dense, sparse):
+        m = self.manifest
+        sparse = np.asarray(sparse)
+        if sparse.ndim != 2 or sparse.shape[1] != m["n_features"] or sparse.dtype.kind not in "iu":
+            raise BundleError(f"predict: sparse is {sparse.dtype} of shape {sparse.shape}; want integer keys "
+                              f"[B, F] with F = {m['n_features']}, one key per sparse feature")
+        dense = np.asarray(dense, np.float32)
+        if dense.shape != (sparse.shape[0], m["n_dense"]):
+            raise BundleError(f"predict: dense has shape {dense.shape}; want [B, n_dense] = [{sparse.shape[0]}, "
+                              f"{m['n_dense']}] (B from the sparse keys)")
+        return dense, sparse.astype(np.int64)
+
+    def embed(self, sparse):
+        """``{graph input: array}`` of the looked-up weights: ``embeddings [B, F, D]`` (and ``first_order``)."""
+        B, F = sparse.shape
+        feed = {}
+        for c in self.manifest["collections"].values():
+            names = c["feature_tables"][:1] if c["shared"] else c["feature_tables"]
+            rows = [self.tables[n].lookup(k) for n, k in zip(names, table_keys(sparse, c["shared"]))]
+            stacked = rows[0].reshape(B, F, -1) if c["shared"] else np.stack(rows, axis=1)
+            feed[c["input"]] = stacked
+        return feed
+
+    def predict(self, dense, sparse, probabilities=False):
+        """The model's eval output for ``dense [B, n_dense]`` and ``sparse [B, F]``: logits ``[B]`` (``[B, T]`` for
+        several tasks), or with ``probabilities`` their sigmoid."""
+        dense, sparse = self._check(dense, sparse)
+        feed = self.embed(sparse)
+        if "dense" in self.inputs:
+            feed["dense"] = dense
+        return self._run(feed)[1 if probabilities else 0]

@@ -1,0 +1,99 @@
+"""The Predictor's host cache, its refusals of bad bundles and bad requests (one line each), and that loading it
+loads no part of the training stack."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gpuemb.serve import BundleError, Predictor
+from gpuemb.serve.bundle import write_bundle
+from gpuemb.serve.manifest import MANIFEST, TABLES_FILE
+
+HYPER = {"deep": (16,)}
+
+
+@pytest.fixture
+def bundle(train, tmp_path):
+    """``(folder, model)``: a trained Wide&Deep's fp32 bundle (per-feature tables and first-order ones)."""
+    model = train("wide_deep", HYPER)
+    write_bundle(model, tmp_path / "b")
+    return tmp_path / "b", model
+
+
+@pytest.mark.parametrize("capacity", [1, 50, 100000])
+def test_host_cache_reads_rows_on_demand(bundle, capacity, held_out, eval_output):
+    folder, model = bundle
+    dense, sparse = held_out()
+    with Predictor(folder, host_cache_rows=capacity, runtime="numpy") as p:
+        assert all(t.parts is None for t in p.tables.values())  # nothing loaded up front
+        for lo in range(0, 512, 128):  # batches that meet some rows again, some not
+            got = p.predict(dense[lo:lo + 128], sparse[lo:lo + 128])
+            np.testing.assert_allclose(got, eval_output(model, dense[lo:lo + 128], sparse[lo:lo + 128]), atol=1e-5,
+                                       rtol=0)
+            assert all(len(t.cache) <= min(capacity, len(t)) for t in p.tables.values())
+        assert any(len(t.cache) == min(capacity, len(t)) for t in p.tables.values())
+
+
+def _one_line(excinfo, *words):
+    text = str(excinfo.value)
+    assert "\n" not in text and all(w in text for w in words), text
+
+
+def test_bad_requests(bundle):
+    folder, _ = bundle
+    with Predictor(folder, runtime="numpy") as p:
+        dense = np.zeros((3, 4), np.float32)
+        for sparse in (np.zeros((3, 7), np.int64), np.zeros(3, np.int64), np.zeros((3, 8), np.float32)):
+            with pytest.raises(BundleError) as e:
+                p.predict(dense, sparse)
+            _one_line(e, "sparse", "want integer keys [B, F] with F = 8")
+        with pytest.raises(BundleError) as e:
+            p.predict(np.zeros((2, 4)), np.zeros((3, 8), np.int64))
+        _one_line(e, "dense has shape (2, 4)", "[3, 4]")
+    for kw, words in (({"runtime": "tvm"}, ("runtime='tvm'", "numpy")), ({"host_cache_rows": 0}, ("host_cache_rows",))):
+        with pytest.raises(BundleError) as e:
+            Predictor(folder, **kw)
+        _one_line(e, *words)
+
+
+def test_corrupt_or_missing_files(bundle):
+    folder, _ = bundle
+    tables = folder / TABLES_FILE
+    data = bytearray(tables.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # a byte the file's SHA-256 covers, whatever h5py would make of it
+    tables.write_bytes(bytes(data))
+    with pytest.raises(BundleError) as e:
+        Predictor(folder)
+    _one_line(e, str(tables), "SHA-256", "tools/export.py")
+    os.remove(tables)
+    with pytest.raises(BundleError) as e:
+        Predictor(folder)
+    _one_line(e, "is missing")
+    doc = json.loads((folder / MANIFEST).read_text())
+    doc["body"]["n_dense"] = 5  # an edit the checksum catches
+    (folder / MANIFEST).write_text(json.dumps(doc))
+    with pytest.raises(BundleError) as e:
+        Predictor(folder)
+    _one_line(e, "checksum does not match")
+    (folder / MANIFEST).write_text("{not json")
+    with pytest.raises(BundleError) as e:
+        Predictor(folder)
+    _one_line(e, "cannot be read")
+    with pytest.raises(BundleError) as e:
+        Predictor(folder / "nowhere")
+    _one_line(e, "is missing")
+
+
+def test_loading_a_bundle_loads_no_training_code(bundle):
+    folder, _ = bundle
+    code = ("import sys, numpy as np; from gpuemb.serve import Predictor\n"
+            f"p = Predictor({str(folder)!r}, runtime='numpy'); p.predict(np.zeros((2, 4)), np.zeros((2, 8), int))\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('gpuemb'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "gpuemb.serve.predictor" in loaded
+    training = [m for m in loaded if m.partition(".")[2].split(".")[0] in ("models", "train", "autograd", "optim",
+                                                                          "nn", "store")]
+    assert not training, training

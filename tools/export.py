@@ -1,0 +1,43 @@
+"""Write an inference bundle from a training checkpoint: the dense part as ONNX, the tables as HDF5 rows, a
+manifest (docs/serve.md).
+
+    python tools/export.py ckpt/step-000000800 --out bundle              # fp32 rows
+    python tools/export.py ckpt --out bundle-int8 --rows int8            # a checkpoint dir: the one `latest` names
+
+Then ``gpuemb.serve.Predictor("bundle").predict(dense, sparse)``.
+"""
+import argparse
+import os
+import sys
+
+from gpuemb.serve.rows import FORMATS
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], prog="export.py")
+    p.add_argument("checkpoint", help="a step-* checkpoint folder, or a --checkpoint-dir (its latest checkpoint)")
+    p.add_argument("--out", required=True, help="the bundle's folder (made if missing)")
+    p.add_argument("--rows", default="fp32", choices=FORMATS, help="how the tables' weights are stored")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse(sys.argv[1:] if argv is None else argv)  # argparse exits 2 with one line on a bad flag
+    from gpuemb.serve.bundle import write_bundle
+    from gpuemb.serve.checkpoint import load_model
+    from gpuemb.train.checkpoint import find_resume
+    from gpuemb.train.errors import TrainError
+    try:
+        folder, _ = find_resume(args.checkpoint)
+        body = write_bundle(load_model(folder), args.out, args.rows)
+    except (TrainError, ValueError, OSError) as e:
+        print(f"export.py: error: {e}", file=sys.stderr)
+        return 1
+    size = sum(f["bytes"] for f in body["files"].values())
+    print(f"export.py: {folder} -> {os.path.abspath(args.out)} ({body['model']}, {args.rows} rows, "
+          f"{sum(t['n_rows'] for t in body['tables'].values()):,} rows, {size:,} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
