@@ -99,7 +99,9 @@ class FiniteRows:
 
     def export(self, keys=None, chunk=1 << 16):
         for k, rows, steps in self.table.export(keys, chunk):
-            bad = ~np.isfinite(rows).all(axis=1)
+            # the working rows: a float16 table stores its float32 state as pairs of 16-bit halves, which read as
+            # float16 may look like NaN or inf while the state is finite
+            bad = ~np.isfinite(self.table.format.unpack(rows)).all(axis=1)
             if bad.any():
                 raise DivergedError(f"table {self.name!r}: the row of key {int(k[bad][0])} (and {int(bad.sum()) - 1} "
                                     "more in its chunk) holds NaN or inf")
