@@ -29,7 +29,7 @@ def _named(tables):
     return named
 
 
-def check_config(part, name, live, ignore=("options",)):
+def check_config(part, name, live, ignore=("options", "lifecycle")):
     """Raise a SnapshotError naming each field where the config of ``part``, a table ``name`` read from a snapshot,
     differs from ``live``, a live table's ``config.to_dict()``; ``ignore``: as ``config_differences`` takes it."""
     diff = config_differences(part.config, live, ignore, f"table {name!r}: config")
