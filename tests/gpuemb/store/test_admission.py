@@ -4,10 +4,15 @@ import numpy as np
 import pytest
 
 from gpuemb.autograd import Tensor
+from gpuemb.comm import LocalCommunicator
+from gpuemb.distributed import load_sharded
+from gpuemb.distributed.shards import LocalShard
 from gpuemb.autograd.backend import to_host
 from gpuemb.optim import SGDRule
+from gpuemb.sharding.plan import owner_hash
 from gpuemb.store.init import initial_weights
 from gpuemb.store.options import Initializer, StoreOptions, TableConfig
+from gpuemb.store.snapshot import load_snapshot, save_snapshot
 from gpuemb.store.table import EmbeddingTable
 
 D, LR = 4, 0.1
@@ -81,7 +86,7 @@ def test_a_key_trains_from_its_nth_batch_on(placement, after, tmp_path, rng):
     for k, (row, steps) in got.items():
         np.testing.assert_allclose(row, ref.rows[k], rtol=1e-5, atol=1e-6)
         assert steps == ref.steps[k]
-    assert dict(zip(*(np.concatenate(a).tolist() for a in zip(*t.admission.counts())))) == ref.counts
+    assert counts_of(t) == ref.counts
     t.close()
 
 
@@ -108,3 +113,62 @@ def test_a_counted_key_costs_an_index_entry_and_nothing_else(tmp_path, rng):
     assert len(t) == 0 and len(t.admission) == keys.size
     assert 12 / 0.8 <= min(per_key) and max(per_key) <= 12 * 1.4 / 0.8 + 0.01, per_key
     t.close()
+
+
+def counts_of(t):
+    return dict(zip(*(np.concatenate(a).tolist() for a in zip(*t.admission.counts())))) if len(t.admission) else {}
+
+
+def test_counts_are_saved_and_restored(tmp_path, rng):
+    """A restored table has the saved rows and counts, and trains on exactly as the saved one."""
+    t, ref = table(tmp_path, "device", 3), Reference(3)
+    for _ in range(10):
+        keys = rng.integers(0, 300, 20)
+        ref.lookup(keys)
+        (t.lookup(keys) * 1).sum().backward()
+    save_snapshot(t, tmp_path / "s.h5")
+    back = table(tmp_path, "host", 3)
+    load_snapshot(back, [tmp_path / "s.h5"])
+    assert counts_of(back) == counts_of(t) == ref.counts and len(ref.counts) > 10
+    for _ in range(5):
+        keys = rng.integers(0, 300, 20)
+        gy = rng.standard_normal((keys.size, D)).astype(np.float32)
+        for u in (t, back):
+            (u.lookup(keys) * Tensor(gy)).sum().backward()
+    assert counts_of(back) == counts_of(t)
+    assert rows_of(back).keys() == rows_of(t).keys()
+
+
+def test_counts_reshard_from_two_ranks_to_three(tmp_path, rng):
+    """Each of 3 new ranks takes the counts of the keys its plan gives it from the 2 old ranks' files."""
+    want = {}
+    for r in range(2):  # the files of a row-wise save of 2 ranks
+        t = table(tmp_path, "device", 4)
+        for _ in range(6):
+            keys = rng.integers(0, 400, 30) * 2 + r  # rank r owned the keys of parity r
+            t.lookup(keys)
+        want.update(counts_of(t))
+        mark = {"id": "save", "rank": r, "world_size": 2, "shards": {"t": {"kind": "row", "cols": [0, D], "dim": D}}}
+        save_snapshot(t, tmp_path / f"s{r}.h5", meta={"sharded": mark})
+    got = {}
+    for rank in range(3):
+        new = Rank(rank, 3, table(tmp_path, "device", 4))
+        load_sharded(new, [tmp_path / "s0.h5", tmp_path / "s1.h5"])
+        mine = counts_of(new.shards["t"].table)
+        assert all(owner_hash(np.array([k]))[0] % 3 == rank for k in mine)
+        got.update(mine)
+    assert got == want and len(want) > 100
+
+
+class Rank:
+    """Rank ``rank`` of ``world`` holding table ``t`` row-wise, as ``load_sharded`` sees a collection."""
+
+    def __init__(self, rank, world, t):
+        self.comm = LocalCommunicator()
+        self.comm.rank = rank
+        self.plan = self
+        self.world = world
+        self.shards = {"t": LocalShard("t", "row", (0, D), t)}
+
+    def owner_of(self, name, keys):
+        return owner_hash(keys) % self.world
