@@ -25,6 +25,7 @@ from gpuemb.optim import update_rows
 
 from .admission import Admission
 from .cache import CacheLevel
+from .delta import changes_since
 from .eviction import expired, unpinned
 from .home import HomeLevel
 from .init import initial_weights
@@ -232,6 +233,16 @@ class EmbeddingTable:
             if self.admission is not None:
                 self.admission.forget(keys)
             return self._drop(keys)
+
+    def marker(self):
+        """An opaque marker of now, the table's update clock: ``delta(since=marker)`` gives what changes after."""
+        return self.home.clock
+
+    def delta(self, since):
+        """``(keys, rows, steps, deleted)``: NumPy arrays of the keys inserted or updated after marker ``since``
+        with their full rows and steps, and the keys dropped after it that the table does not hold again
+        (``delta.py``); needs ``TableConfig(track_updates=True)``."""
+        return changes_since(self, since)
 
     def _drop(self, keys):
         home = self.home

@@ -19,7 +19,7 @@ from .reader import SnapshotChain
 from .writer import write_snapshot
 
 
-def _named(tables):
+def named_tables(tables):
     if isinstance(tables, EmbeddingTable):
         return {tables.config.name: tables}
     if isinstance(tables, Mapping):
@@ -44,7 +44,7 @@ def check_config(part, name, live, ignore=("options", "lifecycle")):
 def save_snapshot(tables, path, incremental=False, base=None, meta=None):
     """Write every row of ``tables`` to ``path`` (or, ``incremental`` on snapshot ``base``, the rows updated since
     the last save), then forget their dirty keys; returns the new snapshot's id, the ``base`` of the next one."""
-    tables = _named(tables)
+    tables = named_tables(tables)
     if incremental:
         bounded = [name for name, t in tables.items() if t.config.options.max_rows is not None]
         if bounded:  # an incremental has no way to say a key was dropped, so a restore would bring it back
@@ -78,7 +78,7 @@ def load_snapshot(tables, paths):
     Returns the chain's latest id, the ``base`` of the next incremental. Raises SnapshotError, having changed
     nothing, when a file is corrupt or does not fit the chain, or a table is missing or configured otherwise.
     """
-    tables, paths = _named(tables), [os.fspath(p) for p in paths]
+    tables, paths = named_tables(tables), [os.fspath(p) for p in paths]
     chain = SnapshotChain(paths)
     for name, t in tables.items():
         if len(t):
