@@ -7,7 +7,7 @@ from gpuemb.autograd import Tensor
 from gpuemb.comm import LocalCommunicator
 from gpuemb.distributed import load_sharded
 from gpuemb.distributed.shards import LocalShard
-from gpuemb.autograd.backend import to_host
+from gpuemb.autograd.backend import to_device, to_host
 from gpuemb.optim import SGDRule
 from gpuemb.sharding.plan import owner_hash
 from gpuemb.store.init import initial_weights
@@ -76,7 +76,7 @@ def test_a_key_trains_from_its_nth_batch_on(placement, after, tmp_path, rng):
         y = t.lookup(keys)
         np.testing.assert_allclose(to_host(y.data), ref.lookup(keys), rtol=1e-5, atol=1e-6)
         gy = rng.standard_normal((keys.size, D)).astype(np.float32)
-        (y * Tensor(gy)).sum().backward()
+        (y * Tensor(to_device(gy))).sum().backward()
         if skip:
             t.release_updates(apply=False)
         else:
@@ -134,7 +134,7 @@ def test_counts_are_saved_and_restored(tmp_path, rng):
         keys = rng.integers(0, 300, 20)
         gy = rng.standard_normal((keys.size, D)).astype(np.float32)
         for u in (t, back):
-            (u.lookup(keys) * Tensor(gy)).sum().backward()
+            (u.lookup(keys) * Tensor(to_device(gy))).sum().backward()
     assert counts_of(back) == counts_of(t)
     assert rows_of(back).keys() == rows_of(t).keys()
 
