@@ -123,7 +123,7 @@ def _sources(snaps, shard):
         raise SnapshotError(f"load_sharded: no saved shards of table {shard.name!r} cover its columns "
                             f"{shard.cols}; the save holds {covered or 'none'}; pass the files of a save of it")
     for part, _ in out:  # a column shard narrows the dim, and the rows may live elsewhere now
-        check_config(part, shard.name, shard.table.config.to_dict(), ignore=("options", "dim"))
+        check_config(part, shard.name, shard.table.config.to_dict(), ignore=("options", "lifecycle", "dim"))
     return out
 
 
@@ -150,6 +150,7 @@ def load_sharded(collection, paths):
             for part, _ in sources:
                 for _ in part.chunks():  # checks every chunk's checksums, keeping nothing
                     pass
+                part.extra("pending")
         error = None
     except (SnapshotError, ValueError, OSError) as e:
         error = e
@@ -181,6 +182,10 @@ def load_sharded_tables(tables, paths):
 def _import(collection, shard, part, cols):
     """Import the owned keys of one old shard ``part`` (weight columns ``cols``) into ``shard``, chunk by chunk."""
     table, rule = shard.table, shard.table.rule
+    pending = part.extra("pending")
+    if pending is not None and table.admission is not None:  # each rank counts the keys it owns now
+        pending = pending[_owned(collection, shard, pending[:, 0])]
+        table.admission.set_counts(pending[:, 0], pending[:, 1])
     width = cols[1] - cols[0]
     whole = cols == shard.cols
     dst_layout = resized(part.layout, width, shard.cols[1] - shard.cols[0], rule)

@@ -13,10 +13,11 @@ from .level import RowLevel
 
 class HomeLevel(RowLevel):
     """Every key's rows in ``tier``; ``new_rows(keys) -> (rows [n, width], steps [n])`` makes those of new keys.
-    ``bound`` (``max_rows``; None: grows) and ``policy`` choose which keys a full home drops."""
+    ``bound`` (``max_rows``; None: grows) and ``policy`` choose which keys a full home drops; ``ticks``: keep each
+    row's last change tick; ``pins``: keep pins where unbounded (a table that evicts by a rule)."""
 
-    def __init__(self, tier, new_rows, bound=None, policy="lru"):
-        super().__init__(tier, bound, policy)
+    def __init__(self, tier, new_rows, bound=None, policy="lru", ticks=False, pins=False):
+        super().__init__(tier, bound, policy, ticks=ticks, pins=pins)
         self.new_rows = new_rows
 
     def flush(self, chunk=1 << 16):

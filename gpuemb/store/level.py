@@ -111,6 +111,32 @@ class NoEviction:
     grow = insert = remove = touch = pin = unpin = ignore
 
 
+class PinsOnly(NoEviction):
+    """The policy of an unbounded level whose keys the table may drop (an evict rule): it never evicts, but keeps
+    each slot's pins (4 bytes a slot), so that evicting skips the rows of batches between lookup and update."""
+
+    def __init__(self, xp=np):
+        self.pins = xp.zeros(1, np.int32)
+
+    @property
+    def nbytes(self):
+        return self.pins.nbytes
+
+    def grow(self, capacity):
+        old = self.pins.shape[0] - 1
+        self.pins = grown_to(self.pins, capacity + 1)
+        self.pins[old] = 0  # the old dump row is an ordinary one now
+
+    def insert(self, slots):
+        self.pins[slots] = 0
+
+    def pin(self, slots):
+        self.pins[slots] += 1
+
+    def unpin(self, slots):
+        self.pins[slots] -= 1
+
+
 class RowLevel:
     """The rows of some keys in ``tier``: at most ``bound`` of them (None: grows), evicting by ``policy``.
 
@@ -120,18 +146,23 @@ class RowLevel:
     """
     writes_down = False
 
-    def __init__(self, tier, bound=None, policy="lru", what="max_rows"):
+    def __init__(self, tier, bound=None, policy="lru", what="max_rows", ticks=False, pins=False):
         self.tier, self.bound, self.what = tier, bound, what
         device = isinstance(tier, DeviceTier)
         self.xp = xp = backend.xp if device else np  # the bookkeeping lives beside the rows
         self.index = KeyIndex(xp=xp)
         self.alloc = DeviceSlots(tier, xp) if device else SlabAllocator(tier)
         bounded = bound is not None
-        self.policy = EvictionPolicy(policy, xp) if bounded else NoEviction()
+        self.policy = EvictionPolicy(policy, xp) if bounded else PinsOnly(xp) if pins else NoEviction()
         # Per slot, each array only where it is read; each has a last row more, the dump row (EvictionPolicy).
         self.keys = xp.zeros(1, np.int64) if bounded else None  # to forget evicted keys (and write them down)
         self.steps = None if tier.stores_steps else xp.zeros(1, np.int32)  # each row's update count
         self.dirty = xp.zeros(1, np.bool_) if self.writes_down else None  # changed since it came from below
+        # The tick of each row's last change, where the table asks (deltas, eviction by age): ``clock`` counts the
+        # table's update batches, and a row inserted or updated while it reads c is stamped c + 1
+        # (``EmbeddingTable._tick``), so a marker taken at c sees it.
+        self.touched = xp.zeros(1, np.int32) if ticks else None
+        self.clock = 0
         self.counters = xp.zeros(3, np.int64)  # hits, misses, evictions: counted where the masks are
         self.used_bound = 0  # host: at most this many rows are held
         self.pins_held = 0  # host: the pins of acquires not yet unpinned, at least the rows pinned (no read)
@@ -146,7 +177,7 @@ class RowLevel:
     @property
     def per_slot(self):
         """The per-slot arrays this level keeps besides the policy's."""
-        return [a for a in (self.keys, self.steps, self.dirty) if a is not None]
+        return [a for a in (self.keys, self.steps, self.dirty, self.touched) if a is not None]
 
     @property
     def overhead_bytes(self):
@@ -261,13 +292,15 @@ class RowLevel:
             self.keys[put] = keys
         if self.dirty is not None:
             self.dirty[put] = False
+        if self.touched is not None:
+            self.touched[put] = self.clock + 1
         return self.xp.where(is_new, new, slots)
 
     def _grow(self):
         """Grow the per-slot arrays, the policy's too, to the tier's rows and the dump row."""
         cap = self.tier.capacity
-        self.keys, self.steps, self.dirty = (None if a is None else grown_to(a, cap + 1)
-                                             for a in (self.keys, self.steps, self.dirty))
+        self.keys, self.steps, self.dirty, self.touched = (None if a is None else grown_to(a, cap + 1)
+                                                           for a in (self.keys, self.steps, self.dirty, self.touched))
         self.policy.grow(cap)
 
     def _settle(self, n, miss):

@@ -97,12 +97,41 @@ class StoreOptions:
 
 
 @dataclass(frozen=True)
+class EvictionRule:
+    """Which keys ``EmbeddingTable.evict`` drops: those that meet every criterion given (docs/store.md, "Eviction").
+
+    ``ttl_steps``: not updated in the table's last ``ttl_steps`` update batches (its clock; needs the per-key tick
+    that a table with this rule in its config keeps). ``min_count``: updated fewer than ``min_count`` times (the
+    row's steps). ``max_l2``: the L2 norm of its weights is below ``max_l2``. So ``EvictionRule(ttl_steps=1000,
+    min_count=5)`` drops stale keys that were seldom trained, and ``EvictionRule(ttl_steps=1000)`` every stale one.
+    """
+    ttl_steps: int = None
+    min_count: int = None
+    max_l2: float = None
+
+    def __post_init__(self):
+        check_int("EvictionRule", "ttl_steps", self.ttl_steps, 1, allow_none=True)
+        check_int("EvictionRule", "min_count", self.min_count, 1, allow_none=True)
+        if self.max_l2 is not None and not (isinstance(self.max_l2, (int, float)) and math.isfinite(self.max_l2)
+                                            and self.max_l2 > 0):
+            fail("EvictionRule", f"max_l2={self.max_l2!r}; use a finite number > 0, or None", "max_l2")
+        if self.ttl_steps is None and self.min_count is None and self.max_l2 is None:
+            fail("EvictionRule", "no criterion given; set ttl_steps, min_count or max_l2 (a key is evicted when it "
+                 "meets every one given)")
+
+
+@dataclass(frozen=True)
 class TableConfig:
     """One embedding table: its name, row width ``dim``, dtype, initializer, row update rule, lr and options.
 
     ``dtype``: how the weights are stored. float32 (the default) and float64 rows keep their optimizer state in
     the same dtype; ``"float16"`` stores the weights in float16 in every tier and snapshot, halving them, keeps
     the optimizer state float32, and computes lookups and updates in float32 (``row_format.py``).
+
+    The lifecycle of keys (docs/store.md, "Admission", "Eviction", "Deltas"): ``admit_after``: a key gets a row
+    once it has been in that many batches (None or 1: at once). ``evict``: the ``EvictionRule`` of
+    ``EmbeddingTable.evict()``, applied every ``evict_every`` update batches when that is given.
+    ``track_updates``: keep each key's last update tick, for ``EmbeddingTable.delta`` (a ttl rule keeps it too).
     """
     name: str
     dim: int
@@ -111,9 +140,22 @@ class TableConfig:
     rule: UpdateRule = field(default_factory=optim.SGDRule)
     lr: float = 0.01
     options: StoreOptions = field(default_factory=StoreOptions)
+    admit_after: int = None
+    evict: EvictionRule = None
+    evict_every: int = None
+    track_updates: bool = False
 
     def __post_init__(self):
         owner = f"TableConfig({self.name!r})"
+        check_int(owner, "admit_after", self.admit_after, 1, allow_none=True)
+        check_int(owner, "evict_every", self.evict_every, 1, allow_none=True)
+        if self.evict is not None and not isinstance(self.evict, EvictionRule):
+            fail(owner, f"evict={self.evict!r}; give an EvictionRule(ttl_steps=..., min_count=..., max_l2=...)",
+                 "evict")
+        if self.evict_every is not None and self.evict is None:
+            fail(owner, "evict_every needs the rule to evict by; give evict=EvictionRule(...)", "evict_every")
+        if not isinstance(self.track_updates, bool):
+            fail(owner, f"track_updates={self.track_updates!r}; use True or False", "track_updates")
         if not isinstance(self.name, str) or not self.name:
             fail("TableConfig", f"name={self.name!r}; give the table a non-empty string name")
         check_int(owner, "dim", self.dim, 1)
@@ -129,13 +171,26 @@ class TableConfig:
         """Plain Python values: what a snapshot stores."""
         return {"name": self.name, "dim": self.dim, "dtype": self.dtype, "lr": self.lr,
                 "initializer": dataclasses.asdict(self.initializer), "rule": self.rule.state_dict(),
-                "options": dataclasses.asdict(self.options)}
+                "options": dataclasses.asdict(self.options), "lifecycle": self.lifecycle()}
+
+    def lifecycle(self):
+        """The settings of keys' admission, eviction and tracking, as plain values; a restore may change them, as
+        it may change ``options``."""
+        return {"admit_after": self.admit_after, "evict_every": self.evict_every, "track_updates": self.track_updates,
+                "evict": None if self.evict is None else dataclasses.asdict(self.evict)}
+
+    @property
+    def ticks(self):
+        """Whether the table keeps each key's last update tick: for deltas, or to evict by age."""
+        return self.track_updates or (self.evict is not None and self.evict.ttl_steps is not None)
 
     @classmethod
     def from_dict(cls, d):
         """The config that ``to_dict()`` described."""
         rule = dict(d["rule"])
         kind = rule_class(rule.pop("type"), "TableConfig.from_dict")
+        life = dict(d.get("lifecycle") or {})  # snapshots before the lifecycle have none
+        evict = life.pop("evict", None)
         return cls(name=d["name"], dim=int(d["dim"]), dtype=d["dtype"], lr=float(d["lr"]),
                    initializer=Initializer(**d["initializer"]), rule=kind(**rule),
-                   options=StoreOptions(**d["options"]))
+                   options=StoreOptions(**d["options"]), evict=None if evict is None else EvictionRule(**evict), **life)

@@ -23,7 +23,10 @@ from gpuemb.autograd.backend import to_host
 from gpuemb.kernels.embedding_bag import EmbeddingBagFunction, embedding_bag
 from gpuemb.optim import update_rows
 
+from .admission import Admission
 from .cache import CacheLevel
+from .delta import changes_since
+from .eviction import expired, unpinned
 from .home import HomeLevel
 from .init import initial_weights
 from .lease import Lease, hold
@@ -42,9 +45,11 @@ def _levels(config, fmt, new_rows):
         tier = tier_type(dataclasses.replace(spec, slab_rows=min(o.slab_rows, rows), chunk_rows=1))
         return CacheLevel(tier, rows, o.policy, below, what)
 
-    if o.placement == "device":
-        return [HomeLevel(DeviceTier(spec), new_rows, o.max_rows, o.policy)]
-    home = HomeLevel(HostTier(spec) if o.placement == "host" else SsdTier(o.ssd_path, spec, o.ssd_threads), new_rows)
+    ticks = config.ticks
+    if o.placement == "device":  # the home is the top level: its pins, if unbounded, only where keys may go
+        return [HomeLevel(DeviceTier(spec), new_rows, o.max_rows, o.policy, ticks, pins=config.evict is not None)]
+    tier = HostTier(spec) if o.placement == "host" else SsdTier(o.ssd_path, spec, o.ssd_threads)
+    home = HomeLevel(tier, new_rows, ticks=ticks)
     levels = [home]
     if o.host_cache_rows:
         levels.insert(0, cache(HostTier, o.host_cache_rows, home, "host_cache_rows"))
@@ -74,6 +79,10 @@ class EmbeddingTable:
         self._released = deque()  # slots of lookups let go without a backward, to unpin at the next lock
         self._dirty = []  # arrays of keys updated since clear_dirty()
         self.held = None  # a list while updates wait for release_updates() (a loss-scaled step), else None
+        after = config.admit_after or 1
+        self.admission = Admission(after, self.home) if after > 1 else None
+        self.deleted = []  # (tick, keys) of the keys dropped, for deltas; only where ticks are kept
+        self.dropped = False  # whether keys were dropped since clear_dirty(): an incremental cannot say so
 
     def _new_rows(self, keys):
         w = initial_weights(self.config.initializer, keys, self.dim, self.config.dtype)
@@ -108,6 +117,8 @@ class EmbeddingTable:
             self.home.tier.read_ahead(cold)
         with self._lock:
             self._unpin_released()
+            if self.admission is not None:  # decided and counted once, here: the lookup takes it over
+                unique, inverse = self.admission.admit(unique, inverse)
             self._prefetched.append((keys, unique, inverse, self.top.acquire(unique)))
         return True
 
@@ -143,10 +154,14 @@ class EmbeddingTable:
                 _, unique, inverse, slots = ahead
             else:
                 unique, inverse = backend.unique(keys, return_inverse=True)
+                if self.admission is not None:
+                    unique, inverse = self.admission.admit(unique, inverse)
                 slots = self.top.acquire(unique)
                 if ahead is not None:
                     self.top.unpin(ahead[3])
         weights = self.format.weights(self.top.tier.read(slots))
+        if self.admission is not None:  # the default row of the keys still pending, after the admitted ones
+            weights = backend.xp.concatenate([weights, backend.xp.zeros((1, self.dim), weights.dtype)])
         if not is_grad_enabled():
             self.top.unpin(slots)
             return Tensor(embedding_bag(weights, inverse, offsets, mode or "sum"))
@@ -176,13 +191,16 @@ class EmbeddingTable:
             slots = self.top.acquire(unique[at])
             weights[at] = self.format.weights(self.top.tier.read(slots))
             self.top.unpin(slots)
-        if not present.all():
+        if not present.all():  # a pending key reads the default row, as in training
             at = backend.to_device(np.flatnonzero(~present))
-            weights[at] = initial_weights(self.config.initializer, unique[at], self.dim, self.config.dtype)
+            weights[at] = 0 if self.admission is not None else \
+                initial_weights(self.config.initializer, unique[at], self.dim, self.config.dtype)
         return weights
 
     def _update(self, keys, slots, positions, grads):
         """The fused row update of the rows at ``positions`` among the batch's unique ``keys``, then unpin."""
+        if self.admission is not None:
+            positions, grads = self.admission.rows_only(keys.shape[0], positions, grads)
         if self.held is not None:  # the step may yet be skipped: keep it, rows pinned, for release_updates()
             self.held.append((keys, slots, positions, grads))
             return
@@ -201,6 +219,61 @@ class EmbeddingTable:
         self.top.changed(s)
         self._dirty.append(keys[positions])
         self.top.unpin(slots)
+        self._tick(keys[positions], s)
+
+    def _tick(self, keys, slots):
+        """One more update batch on the table's clock: stamp the updated ``keys`` (at top ``slots``), and evict
+        every ``evict_every`` batches."""
+        home = self.home
+        home.clock += 1
+        if home.touched is not None:
+            home.touched[slots if home is self.top else home.locate(home.here(keys))] = home.clock
+        every = self.config.evict_every
+        if every and home.clock % every == 0:
+            self._drop(expired(self, self.config.evict))
+
+    # -- the lifecycle of keys: eviction, deletion, deltas ------------------------------------------------------
+    def evict(self, rule=None):
+        """Drop the keys that meet ``rule`` (an ``EvictionRule``; default: the config's ``evict``) from every level
+        and the index, their slots going back to the allocators; keys pinned by batches in flight are left for a
+        later evict. Returns how many keys were dropped."""
+        rule = rule or self.config.evict
+        if rule is None:
+            raise ValueError(f"{self.config.name}.evict: no rule; pass an EvictionRule or give the table's config "
+                             "one (TableConfig(evict=...))")
+        with self._lock:
+            return self._drop(expired(self, rule))
+
+    def delete(self, keys):
+        """Drop ``keys`` as ``evict`` drops keys (absent ones are ignored; pinned ones are kept), and their pending
+        admission counts; returns how many rows were dropped."""
+        keys = backend.unique(np.asarray(to_host(keys), np.int64).ravel())
+        with self._lock:
+            if self.admission is not None:
+                self.admission.forget(keys)
+            return self._drop(keys)
+
+    def marker(self):
+        """An opaque marker of now, the table's update clock: ``delta(since=marker)`` gives what changes after."""
+        return self.home.clock
+
+    def delta(self, since):
+        """``(keys, rows, steps, deleted)``: NumPy arrays of the keys inserted or updated after marker ``since``
+        with their full rows and steps, and the keys dropped after it that the table does not hold again
+        (``delta.py``); needs ``TableConfig(track_updates=True)``."""
+        return changes_since(self, since)
+
+    def _drop(self, keys):
+        home = self.home
+        keys = unpinned(self, keys)
+        keys = keys[to_host(home.locate(home.here(keys)) >= 0)]
+        if keys.size:
+            for level in self.levels:
+                level.drop(keys)
+            if home.touched is not None:
+                self.deleted.append((home.clock + 1, keys))
+            self.dropped = True
+        return int(keys.size)
 
     def hold_updates(self):
         """Keep the row updates of the coming backwards, rows pinned, until ``release_updates``; returns the list of
@@ -226,6 +299,7 @@ class EmbeddingTable:
 
     def clear_dirty(self):
         self._dirty = []
+        self.dropped = False
 
     def export(self, keys=None, chunk=1 << 16):
         """``(keys [n], rows [n, width], steps [n])`` NumPy chunks of every row, or of ``keys`` that are present
@@ -253,7 +327,10 @@ class EmbeddingTable:
         keys = np.asarray(to_host(keys), np.int64)
         for level in self.levels[:-1]:
             level.drop(keys)  # the cached copies are older than what is imported
-        self.home.put(keys, self.home.here(rows), self.home.here(np.asarray(to_host(steps), np.int32)))
+        home = self.home
+        home.put(keys, home.here(rows), home.here(np.asarray(to_host(steps), np.int32)))
+        if home.touched is not None:  # a change for deltas, as an update is
+            home.touched[home.locate(home.here(keys))] = home.clock + 1
 
     def stats(self):
         """Rows, bytes and per-level traffic (an ssd level's also in chunks, with the seconds callers waited for the

@@ -3,7 +3,8 @@
 ``--tables shared`` (the default) puts every sparse feature in one table, so a batch costs one lookup; with
 ``per-feature`` each feature has its own table, named after its column. The rows' update rule and lr come from
 ``--embedding-optimizer`` and ``--embedding-lr``, their tiers from ``--store``, their stored dtype from
-``--embedding-dtype``; new rows are drawn from the run's seed, so a key's initial row is the same whenever it
+``--embedding-dtype``, their admission and eviction from ``--admit-after`` and ``--evict-*``; new rows are drawn
+from the run's seed, so a key's initial row is the same whenever it
 first shows up.
 """
 import os
@@ -33,7 +34,8 @@ def table_configs(config, data, ssd_dir=None, lr=None):
         return TableConfig(name, config.model.embedding_dim, SHORT_DTYPES[store.embedding_dtype],
                            initializer=Initializer(o.embedding_init, o.embedding_init_scale, config.run.seed),
                            rule=RULES[o.embedding_optimizer](), lr=o.embedding_lr if lr is None else lr,
-                           options=options(name))
+                           options=options(name), admit_after=store.admit_after, evict=store.eviction(),
+                           evict_every=store.evict_every)
 
     if config.model.tables == "shared":
         return table("embeddings")

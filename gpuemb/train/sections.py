@@ -17,12 +17,13 @@ from gpuemb.io.synthetic import PRESETS as SYNTHETIC_PRESETS
 from gpuemb.kernels.codecs import CODECS
 from gpuemb.kernels.mlp import PRECISIONS
 from gpuemb.sharding.spec import SHARDINGS
-from gpuemb.store.options import INIT_KINDS, PLACEMENTS, SHORT_DTYPES, StoreOptions
+from gpuemb.store.options import INIT_KINDS, PLACEMENTS, SHORT_DTYPES, EvictionRule, StoreOptions
 
 from .fields import Section, flag_of, setting
 
 PRESETS = ("quick", *SYNTHETIC_PRESETS)  # quick: gpuemb.train.data.QUICK, sized for a CPU run
 TABLES = ("shared", "per-feature")
+EVICT_FLAGS = {"evict_ttl": "ttl_steps", "evict_min_count": "min_count", "evict_max_l2": "max_l2"}  # -> EvictionRule
 RUN_SHARDINGS = tuple(s for s in SHARDINGS if s != "data")  # every table replicated is no sharding at all
 
 
@@ -95,6 +96,17 @@ class StoreSettings(Section):
     embedding_dtype: str = setting("fp32", "how embedding weights are stored in every tier and checkpoint: fp16 "
                                    "halves them, keeps the optimizer state fp32 and works on any device",
                                    choices=SHORT_DTYPES)
+    admit_after: int = setting(None, "a key gets its own row once it has been in this many batches, reading zeros "
+                               "and taking no update before (default: at once; docs/store.md, 'Admission')",
+                               kind="int", low=1)
+    evict_every: int = setting(None, "update batches between two evictions of the keys that meet every --evict-* "
+                               "criterion given (docs/store.md, 'Eviction')", kind="int", low=1)
+    evict_ttl: int = setting(None, "--evict-every: evict keys not updated in this many update batches", kind="int",
+                             low=1)
+    evict_min_count: int = setting(None, "--evict-every: evict keys updated fewer times than this", kind="int",
+                                   low=1)
+    evict_max_l2: float = setting(None, "--evict-every: evict keys whose weights' L2 norm is below this",
+                                  kind="float", low=0.0)
 
     def check(self):
         # where rows live is the store's own setting: StoreOptions checks the combinations, named here by their flags
@@ -103,6 +115,21 @@ class StoreSettings(Section):
             StoreOptions(self.placement, self.cache_rows, self.host_cache_rows, ssd_path=path)
         except SettingError as e:
             self.fail({"ssd_path": "ssd_dir"}.get(e.name, e.name), e.message)
+        criteria = self.given(*EVICT_FLAGS)
+        if criteria and self.evict_every is None:
+            self.fail(criteria[0], "is applied every --evict-every update batches; give --evict-every too")
+        if self.evict_every is not None and not criteria:
+            self.fail("evict_every", "evicts the keys that meet --evict-ttl, --evict-min-count or --evict-max-l2; "
+                      "give at least one")
+        try:
+            self.eviction()
+        except SettingError as e:
+            self.fail({v: k for k, v in EVICT_FLAGS.items()}.get(e.name, "evict_every"), e.message)
+
+    def eviction(self):
+        """The ``EvictionRule`` of the --evict-* flags, or None."""
+        given = {rule_field: getattr(self, name) for name, rule_field in EVICT_FLAGS.items()}
+        return EvictionRule(**given) if self.evict_every is not None else None
 
 
 @dataclass(frozen=True)

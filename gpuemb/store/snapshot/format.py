@@ -2,7 +2,7 @@
 and checkpoints"), and what a writer and a reader of it share.
 
 A snapshot is plain HDF5 (docs/store.md, "Snapshot format"). File attributes: ``format`` = "gpuemb-snapshot",
-``version`` = 2, ``id`` (a fresh hex id), ``kind`` ("full" or "incremental"), ``base`` (the id an incremental
+``version`` = 2, ``id`` (a fresh hex id), ``kind`` ("full", "incremental" or "delta"), ``base`` (the id an incremental
 applies on, "" for a full one), ``created`` (UTC, ISO 8601), ``meta`` (JSON) and ``attrs_crc32``, the CRC32 of
 every other attribute of the file and its tables (``attrs_crc``; version 1, which had none, still reads). Each
 table is a group ``/tables/<name>`` with attributes ``config`` and ``layout`` (JSON: ``{part: [start, stop]}`` of
@@ -35,6 +35,11 @@ from gpuemb.store.errors import StoreError
 FORMAT, VERSION = "gpuemb-snapshot", 2
 READS = (1, 2)  # the versions a reader takes: 1 lacks the attributes' checksum
 PARTS = ("keys", "rows", "steps")
+# Optional int64 datasets of a table beside its rows, each with ``<name>_checksums`` (CRC32 per ``chunk_rows``
+# rows): ``pending`` [n, 2], the admission counts (key, count) of keys without a row; ``deleted`` [n], a delta's
+# keys deleted or evicted since its marker. A reader that predates them never sees them: they are new datasets.
+EXTRAS = ("pending", "deleted")
+KINDS = ("full", "incremental", "delta")
 ATTRS_CRC = "attrs_crc32"
 MAX_DEPTH = 32  # of the JSON in a file's attributes: configs are a few levels deep, and deeper ones crash parsers
 
@@ -107,6 +112,7 @@ class TableSnapshot:
     steps: object = None
     source: object = field(default=None, repr=False)
     part_dtypes: dict = None
+    extras: dict = None  # {name: array} of EXTRAS
 
     @classmethod
     def from_chunks(cls, config, layout, chunks, part_dtypes=None):

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
-from .format import ATTRS_CRC, FORMAT, PARTS, READS, SnapshotError, TableSnapshot, attrs_crc, layout_spans, \
-    parse_json
+from .format import ATTRS_CRC, EXTRAS, FORMAT, KINDS, PARTS, READS, SnapshotError, TableSnapshot, attrs_crc, \
+    layout_spans, parse_json
 
 _RESTORE = "restore from another snapshot or write this one again"
 HDF5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, RecursionError)  # what h5py raises on a corrupt file
@@ -60,6 +60,25 @@ class SnapshotTable(_Rows):
     dtype: np.dtype
     step_dtype: np.dtype | None
     verify: bool = True
+    extras: tuple = ()  # the names of the EXTRAS it holds
+
+    def extra(self, name):
+        """The int64 array of extra ``name`` (``EXTRAS``) checked against its checksums, or None where absent."""
+        if name not in self.extras:
+            return None
+        with _open(self.path) as f:
+            try:
+                g = f["tables"][self.name]
+                values, sums = g[name][...], g[f"{name}_checksums"][...]
+            except HDF5_ERRORS as e:
+                raise SnapshotError(f"{self.path}: table {self.name!r}: {name!r} cannot be read ({e}); the file "
+                                    f"is truncated or corrupt, so {_RESTORE}") from None
+        starts = range(0, values.shape[0], self.chunk_rows)
+        got = [zlib.crc32(np.ascontiguousarray(values[a:a + self.chunk_rows])) for a in starts]
+        if self.verify and (len(got) != sums.shape[0] or any(g != s for g, s in zip(got, sums.tolist()))):
+            raise SnapshotError(f"{self.path}: table {self.name!r}: {name!r} does not match its checksums; the "
+                                f"snapshot is corrupt, so {_RESTORE}")
+        return values
 
     def chunks(self):
         """``(keys, rows, steps)`` NumPy arrays per stored chunk, each checked against its checksums."""
@@ -157,8 +176,13 @@ def _table(f, path, name, verify):
             or g["checksums"].dtype != np.uint32:
         raise SnapshotError(f"{where}: dataset dtypes {dtypes}, checksums {g['checksums'].dtype}: keys and steps "
                             f"must be integers, rows floats, checksums uint32; {_RESTORE}")
+    extras = tuple(e for e in EXTRAS if e in g)
+    for e in extras:
+        if not isinstance(g[e], h5py.Dataset) or g[e].dtype != np.int64 or \
+                not isinstance(g.get(f"{e}_checksums"), h5py.Dataset):
+            raise SnapshotError(f"{where}: dataset {e!r} or its checksums are missing or not int64; {_RESTORE}")
     t = SnapshotTable(path, name, _json(g, "config", where), layout, n, c, dtypes["rows"], dtypes.get("steps"),
-                      verify)
+                      verify, extras)
     want = {"keys": (n,), "rows": (n, t.width), "steps": (n,), "checksums": (-(-n // c), 3)}
     for p, shape in want.items():
         if p in g and g[p].shape != shape:
@@ -180,7 +204,7 @@ def read_snapshot(path, verify=True):
                 raise SnapshotError(f"{path}: snapshot version {version}, but this gpuemb reads version "
                                     f"{' or '.join(map(str, READS))}; read it with the gpuemb that wrote it")
             kind = _attr(f, "kind", path)
-            if kind not in ("full", "incremental") or not isinstance(f.get("tables"), h5py.Group):
+            if kind not in KINDS or not isinstance(f.get("tables"), h5py.Group):
                 raise SnapshotError(f"{path}: kind {kind!r} or the /tables group is wrong; {_RESTORE}")
             tables = {name: _table(f, path, name, verify) for name in f["tables"]}
             snap = Snapshot(path, _attr(f, "id", path), kind, _attr(f, "base", path) or None,
@@ -216,6 +240,11 @@ class ChainTable(_Rows):
     def step_dtype(self):
         return next((p.step_dtype for p in self.parts if p.n_rows), self.parts[0].step_dtype)
 
+    def pending(self):
+        """The admission counts ``[n, 2]`` (key, count) of the latest snapshot that holds them, or None: each
+        snapshot holds every pending key of its time."""
+        return next((p.extra("pending") for p in reversed(self.parts) if "pending" in p.extras), None)
+
     def chunks(self):
         """``(keys, rows, steps)`` per stored chunk, less the keys a later snapshot overrides.
 
@@ -238,6 +267,10 @@ class SnapshotChain:
         snaps = [s if isinstance(s, Snapshot) else read_snapshot(s, verify) for s in snapshots]
         if not snaps:
             raise ValueError("SnapshotChain: no snapshots; give a full snapshot, then its incrementals in order")
+        for s in snaps:
+            if s.kind == "delta":
+                raise SnapshotError(f"{s.path}: is a delta (changes since a table's marker), not part of a snapshot "
+                                    "chain; apply it to live tables with apply_delta")
         if snaps[0].incremental:
             raise SnapshotError(f"{snaps[0].path}: is an incremental snapshot on base {snaps[0].base}; start the "
                                 "chain with that full snapshot")

@@ -9,6 +9,8 @@ it holds one chunk at a time (plus an incremental chain's newer keys), so a tabl
 import os
 from collections.abc import Mapping
 
+import numpy as np
+
 from gpuemb.autograd.plain import config_differences
 from gpuemb.store.table import EmbeddingTable
 
@@ -17,7 +19,7 @@ from .reader import SnapshotChain
 from .writer import write_snapshot
 
 
-def _named(tables):
+def named_tables(tables):
     if isinstance(tables, EmbeddingTable):
         return {tables.config.name: tables}
     if isinstance(tables, Mapping):
@@ -29,7 +31,7 @@ def _named(tables):
     return named
 
 
-def check_config(part, name, live, ignore=("options",)):
+def check_config(part, name, live, ignore=("options", "lifecycle")):
     """Raise a SnapshotError naming each field where the config of ``part``, a table ``name`` read from a snapshot,
     differs from ``live``, a live table's ``config.to_dict()``; ``ignore``: as ``config_differences`` takes it."""
     diff = config_differences(part.config, live, ignore, f"table {name!r}: config")
@@ -42,19 +44,32 @@ def check_config(part, name, live, ignore=("options",)):
 def save_snapshot(tables, path, incremental=False, base=None, meta=None):
     """Write every row of ``tables`` to ``path`` (or, ``incremental`` on snapshot ``base``, the rows updated since
     the last save), then forget their dirty keys; returns the new snapshot's id, the ``base`` of the next one."""
-    tables = _named(tables)
+    tables = named_tables(tables)
     if incremental:
         bounded = [name for name, t in tables.items() if t.config.options.max_rows is not None]
         if bounded:  # an incremental has no way to say a key was dropped, so a restore would bring it back
             raise ValueError(f"save_snapshot({path}): tables {bounded} drop keys past max_rows, which an "
                              "incremental snapshot cannot record; write a full snapshot of them")
-    snaps = {name: TableSnapshot.from_chunks(t.config.to_dict(), t.format.layout,
-                                             t.export(t.dirty_keys() if incremental else None), t.format.part_dtypes)
+        dropped = [name for name, t in tables.items() if t.dropped]
+        if dropped:
+            raise ValueError(f"save_snapshot({path}): tables {dropped} evicted or deleted keys since their last "
+                             "save, which an incremental snapshot cannot record; write a full snapshot of them")
+    snaps = {name: TableSnapshot(t.config.to_dict(), t.format.layout, source=t.export(t.dirty_keys() if incremental
+                                                                                     else None),
+                                 part_dtypes=t.format.part_dtypes, extras=pending_of(t))
              for name, t in tables.items()}
     snapshot_id = write_snapshot(path, snaps, incremental, base, meta)
     for t in tables.values():
         t.clear_dirty()
     return snapshot_id
+
+
+def pending_of(t):
+    """The extras of a table that admits keys: every pending key's count, ``[n, 2]``; None for other tables."""
+    if t.admission is None:
+        return None
+    counts = [np.stack([k, c], 1) for k, c in t.admission.counts()]
+    return {"pending": np.concatenate(counts or [np.zeros((0, 2), np.int64)])}
 
 
 def load_snapshot(tables, paths):
@@ -63,7 +78,7 @@ def load_snapshot(tables, paths):
     Returns the chain's latest id, the ``base`` of the next incremental. Raises SnapshotError, having changed
     nothing, when a file is corrupt or does not fit the chain, or a table is missing or configured otherwise.
     """
-    tables, paths = _named(tables), [os.fspath(p) for p in paths]
+    tables, paths = named_tables(tables), [os.fspath(p) for p in paths]
     chain = SnapshotChain(paths)
     for name, t in tables.items():
         if len(t):
@@ -79,6 +94,7 @@ def load_snapshot(tables, paths):
     # Every chunk's checksums are checked in a first pass that keeps nothing, so a corrupt file changes no table
     # and a table larger than memory restores a chunk at a time; the second pass imports.
     counts = {name: sum(k.size for k, _, _ in chain.tables[name].chunks()) for name in tables}
+    pending = {name: chain.tables[name].pending() for name in tables}  # checked here too
     for name, n in counts.items():
         bound = tables[name].config.options.max_rows
         if bound is not None and n > bound:
@@ -88,4 +104,6 @@ def load_snapshot(tables, paths):
         for keys, rows, steps in chain.tables[name].chunks():
             if keys.size:
                 tables[name].import_rows(keys, rows, steps)
+        if pending[name] is not None and tables[name].admission is not None:
+            tables[name].admission.set_counts(pending[name][:, 0], pending[name][:, 1])
     return chain.id

@@ -14,7 +14,7 @@ from gpuemb.autograd.backend import to_host
 from gpuemb.autograd.plain import plain
 from gpuemb.io.h5output import H5Output
 
-from .format import ATTRS_CRC, FORMAT, PARTS, VERSION, attrs_crc, layout_spans
+from .format import ATTRS_CRC, EXTRAS, FORMAT, PARTS, VERSION, attrs_crc, layout_spans
 
 
 class _TableWriter:
@@ -74,6 +74,14 @@ class _TableWriter:
         self.g.attrs["n_rows"] = self.n
 
 
+def _write_extra(group, name, values, c):
+    """One of ``EXTRAS``: an int64 dataset written whole, and the CRC32 of each ``c`` rows of it."""
+    values = np.ascontiguousarray(to_host(values), np.int64)
+    group.create_dataset(name, data=values)
+    sums = [zlib.crc32(values[a:a + c]) for a in range(0, values.shape[0], c)]
+    group.create_dataset(f"{name}_checksums", data=np.array(sums, np.uint32))
+
+
 @contextmanager
 def _atomic(path):
     """A temp path beside ``path`` that is synced and renamed to it when the block succeeds, and removed if not."""
@@ -99,10 +107,11 @@ def fsync(path):
         os.close(fd)
 
 
-def write_snapshot(path, tables, incremental=False, base=None, meta=None, chunk_rows=16384):
+def write_snapshot(path, tables, incremental=False, base=None, meta=None, chunk_rows=16384, delta=False):
     """Write ``tables`` (name -> TableSnapshot) to ``path`` atomically and return the new snapshot's id.
 
-    An incremental snapshot holds only the rows dirtied since the snapshot whose id is ``base``.
+    An incremental snapshot holds only the rows dirtied since the snapshot whose id is ``base``; a ``delta`` the
+    rows changed and keys deleted since a table's marker (``snapshot/delta.py``), with no base.
     """
     path = os.fspath(path)
     if incremental != bool(base):
@@ -121,7 +130,7 @@ def write_snapshot(path, tables, incremental=False, base=None, meta=None, chunk_
             f = out.file
             a = f.attrs
             a["format"], a["version"], a["id"] = FORMAT, VERSION, snapshot_id
-            a["kind"], a["base"] = ("incremental", base) if incremental else ("full", "")
+            a["kind"], a["base"] = ("incremental", base) if incremental else ("delta" if delta else "full", "")
             a["created"] = datetime.now(timezone.utc).isoformat()
             a["meta"] = json.dumps(plain(meta or {}, f"write_snapshot({path}): meta"))
             group = f.create_group("tables")
@@ -136,5 +145,10 @@ def write_snapshot(path, tables, incremental=False, base=None, meta=None, chunk_
                     writer.append(*piece)
                     out.check()  # a full disk stops the writing here, not at the end
                 writer.close()
+                for extra, values in (table.extras or {}).items():
+                    if extra not in EXTRAS:
+                        raise ValueError(f"write_snapshot({path}): table {name!r} has extra {extra!r}; the "
+                                         f"format keeps {', '.join(EXTRAS)}")
+                    _write_extra(writer.g, extra, values, chunk_rows)
             a[ATTRS_CRC] = attrs_crc(f)
     return snapshot_id

@@ -1,0 +1,69 @@
+"""Deltas (``EmbeddingTable.marker``/``delta``, ``save_delta``/``apply_delta``): a base snapshot and the deltas
+after it, applied in order, give the live table bit for bit, through training, evictions and deletes."""
+import numpy as np
+import pytest
+
+from gpuemb.autograd import Tensor, no_grad
+from gpuemb.optim import AdagradRule
+from gpuemb.store.options import EvictionRule, Initializer, StoreOptions, TableConfig
+from gpuemb.store.snapshot import SnapshotError, apply_delta, load_snapshot, save_delta, save_snapshot
+from gpuemb.store.table import EmbeddingTable
+
+D = 4
+
+
+def config(placement, tmp_path, **more):
+    options = StoreOptions(slab_rows=64) if placement == "device" else StoreOptions("host", cache_rows=64,
+                                                                                       slab_rows=64)
+    return TableConfig("t", D, initializer=Initializer("normal", 0.5, seed=9), rule=AdagradRule(), lr=0.1,
+                       options=options, **more)
+
+
+def state(t):
+    got = [np.concatenate(a) for a in zip(*t.export())]
+    order = np.argsort(got[0])
+    return [a[order] for a in got]
+
+
+def train(t, rng, n):
+    for _ in range(n):
+        keys = rng.integers(0, 400, 24) * 13
+        y = t.lookup(keys)
+        (y * Tensor(rng.standard_normal(y.shape).astype(np.float32))).sum().backward()
+
+
+@pytest.mark.parametrize("placement", ["device", "host"])
+def test_a_base_and_its_deltas_give_the_live_table(placement, tmp_path, rng):
+    live = EmbeddingTable(config(placement, tmp_path, track_updates=True, admit_after=2,
+                                 evict=EvictionRule(ttl_steps=15), evict_every=10))
+    train(live, rng, 20)
+    since = live.marker()
+    save_snapshot(live, tmp_path / "base.h5")
+    dirty = live.dirty_keys().copy()
+    deltas, dropped = [], 0
+    for i in range(4):
+        train(live, rng, 12)
+        held = np.concatenate(list(live.keys()))
+        dropped += live.delete(rng.choice(held, 15, replace=False))
+        with no_grad():  # inserted, never updated: in the delta all the same
+            live.lookup(rng.integers(0, 400, 24) * 13)
+        deltas.append(tmp_path / f"d{i}.h5")
+        since = save_delta(live, deltas[-1], since)
+    assert dropped == 60 and len(live.deleted) > 4  # the deletes, and evictions every 10 batches
+    assert np.isin(dirty, live.dirty_keys()).all()  # the deltas left the incremental's keys alone
+    copy = EmbeddingTable(config(placement, tmp_path))
+    load_snapshot(copy, [tmp_path / "base.h5"])
+    for path in deltas:
+        apply_delta(copy, path)
+    want, got = state(live), state(copy)
+    assert want[0].size > 100
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(SnapshotError, match="is a delta"):
+        load_snapshot(EmbeddingTable(config(placement, tmp_path)), [deltas[0]])
+
+
+def test_a_table_without_ticks_says_how_to_get_them(tmp_path):
+    t = EmbeddingTable(config("device", tmp_path))
+    with pytest.raises(ValueError, match=r"TableConfig\(track_updates=True\)"):
+        t.delta(t.marker())

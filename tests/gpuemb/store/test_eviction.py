@@ -1,0 +1,132 @@
+"""Eviction by a rule and deletion (``EmbeddingTable.evict``/``delete``): the keys a NumPy reference picks leave
+every level, their slots are reused, pinned keys stay, and a table on a drifting key stream stays bounded."""
+import numpy as np
+import pytest
+
+from gpuemb.autograd import Tensor
+from gpuemb.optim import SGDRule
+from gpuemb.store.options import EvictionRule, Initializer, StoreOptions, TableConfig
+from gpuemb.store.table import EmbeddingTable
+
+D = 4
+OPTIONS = {"device": lambda tmp: StoreOptions(slab_rows=64),
+           "host": lambda tmp: StoreOptions("host", cache_rows=48, slab_rows=64),
+           "ssd": lambda tmp: StoreOptions("ssd", cache_rows=48, host_cache_rows=64, ssd_path=str(tmp / "t.h5"),
+                                           slab_rows=64, chunk_rows=16)}
+
+
+def table(tmp_path, placement="device", **more):
+    more.setdefault("evict", EvictionRule(ttl_steps=1))
+    return EmbeddingTable(TableConfig("t", D, initializer=Initializer("normal", 0.5, seed=5), rule=SGDRule(),
+                                      lr=0.1, options=OPTIONS[placement](tmp_path), **more))
+
+
+def step(t, keys, rng, ticks=None):
+    """One training batch; ``ticks``: the reference's last update tick per key, kept as the table's clock runs."""
+    y = t.lookup(keys)
+    (y * Tensor(rng.standard_normal(y.shape).astype(np.float32))).sum().backward()
+    if ticks is not None:
+        ticks["clock"] = ticks.get("clock", 0) + 1
+        ticks.update({k: ticks["clock"] for k in np.unique(keys).tolist()})
+
+
+def state(t):
+    return {k: (r, s) for ks, rows, st in t.export() for k, r, s in zip(ks.tolist(), rows, st.tolist())}
+
+
+def expected(rows, ticks, rule, dim=D):
+    """The keys a rule picks, from the exported rows and steps and the reference's ticks."""
+    out = set()
+    for k, (row, steps) in rows.items():
+        hit = rule.ttl_steps is None or ticks["clock"] - ticks[k] >= rule.ttl_steps
+        hit &= rule.min_count is None or steps < rule.min_count
+        hit &= rule.max_l2 is None or np.linalg.norm(row[:dim].astype(np.float64)) < rule.max_l2
+        out.add(k) if hit else None
+    return out
+
+
+RULES = [EvictionRule(ttl_steps=6), EvictionRule(min_count=3), EvictionRule(max_l2=0.9),
+         EvictionRule(ttl_steps=3, min_count=4, max_l2=1.2)]
+
+
+@pytest.mark.parametrize("placement", ["device", "host", "ssd"])
+@pytest.mark.parametrize("rule", RULES, ids=["ttl", "min_count", "max_l2", "all_three"])
+def test_evict_drops_what_the_rule_picks_from_every_level(placement, rule, tmp_path, rng):
+    t, ticks = table(tmp_path, placement), {}
+    for _ in range(25):
+        step(t, rng.integers(0, 120, 30) * 31, rng, ticks)
+    before = state(t)
+    want = expected(before, ticks, rule)
+    assert 0 < len(want) < len(before)
+    assert t.evict(rule) == len(want)
+    after = state(t)
+    assert after.keys() == before.keys() - want
+    for k, (row, steps) in after.items():  # the survivors are as they were
+        np.testing.assert_array_equal(row, before[k][0])
+        assert steps == before[k][1]
+    gone = np.array(sorted(want), np.int64)
+    for level in t.levels:  # no cache keeps a copy to write back or read again
+        assert (np.asarray(level.locate(level.here(gone))) < 0).all()
+    t.close()
+
+
+def test_the_slots_of_evicted_keys_are_reused(tmp_path, rng):
+    t = table(tmp_path, "host")
+    for start in range(0, 20_000, 40):  # new keys every batch; evicting all but the last few keeps the tiers small
+        step(t, np.arange(start, start + 40), rng)
+        t.evict(EvictionRule(ttl_steps=2))
+        if start == 2_000:
+            sizes = [level.tier.capacity for level in t.levels]
+    assert [level.tier.capacity for level in t.levels] == sizes and len(t) <= 80
+    t.close()
+
+
+def test_pinned_keys_are_left_for_the_next_evict(tmp_path, rng):
+    t = table(tmp_path, "device")
+    for _ in range(5):
+        step(t, rng.integers(0, 50, 20), rng)
+    everything = EvictionRule(min_count=10 ** 6)
+    in_flight = np.unique(rng.integers(0, 50, 20))
+    y = t.lookup(in_flight)  # pinned until its backward
+    ahead = np.unique(rng.integers(0, 50, 10))
+    t.prefetch(ahead)  # pinned until its batch's update
+    pinned = np.union1d(in_flight, ahead)
+    kept = np.intersect1d(pinned, np.concatenate(list(t.keys())))
+    held = len(t)
+    assert t.evict(everything) == held - len(kept)
+    assert sorted(np.concatenate(list(t.keys())).tolist()) == kept.tolist()
+    y.sum().backward()
+    step(t, ahead, rng)
+    assert t.evict(everything) == len(pinned) and len(t) == 0
+    t.close()
+
+
+def test_delete_drops_given_keys_and_their_counts(tmp_path, rng):
+    t = table(tmp_path, "host", admit_after=2)
+    keys = rng.choice(1000, 60, replace=False)
+    for _ in range(2):
+        step(t, keys[:40], rng)  # admitted
+    step(t, keys[40:], rng)  # counted once
+    doomed = np.concatenate([keys[:10], keys[45:50], [10 ** 9]])  # rows, pending counts, an absent key
+    assert t.delete(doomed) == 10
+    assert sorted(np.concatenate(list(t.keys())).tolist()) == sorted(keys[10:40].tolist())
+    counted = np.concatenate([k for k, _ in t.admission.counts()])
+    assert sorted(counted.tolist()) == sorted(np.setdiff1d(keys[40:], keys[45:50]).tolist())
+    t.close()
+
+
+def test_a_drifting_stream_stays_bounded_with_ttl_eviction(tmp_path, rng):
+    """4,000 batches whose hot range moves every 400: TTL eviction every 50 batches keeps the rows under 2 ranges'
+    worth (the hot range plus what has not expired yet), while the table without eviction holds every range."""
+    ranges, width, bound = 10, 300, 2 * 300
+    evicting = table(tmp_path, "device", evict=EvictionRule(ttl_steps=100), evict_every=50)
+    keeping = EmbeddingTable(TableConfig("t", D, rule=SGDRule(), options=StoreOptions(slab_rows=64)))
+    most = 0
+    for i in range(ranges * 400):
+        base = (i // 400) * width
+        keys = base + rng.integers(0, width, 8)
+        for t in (evicting, keeping):
+            step(t, keys, rng)
+        most = max(most, len(evicting))
+    assert most <= bound < len(keeping), (most, len(keeping))
+    assert len(keeping) > (ranges - 1) * width
