@@ -145,11 +145,13 @@ def publish(directory, name, final, tmp, keep):
     _prune(directory, keep, name)
 
 
-def save_checkpoint(directory, step, config, state, model, cluster, keep=2):
+def save_checkpoint(directory, step, config, state, model, cluster, keep=2, data=None):
     """Write the checkpoint of ``step`` under ``directory`` and point ``latest`` at it; returns its path on every
     rank (every rank must call it). ``state``: ``{"trainer": Trainer.state_dict(), "loader": ..., "loop": {...}}``;
-    ``model``: whole or sharded tables; ``cluster``: ``cluster.Cluster``. Then removes all but the ``keep`` newest
-    checkpoints. A row holding NaN or inf raises DivergedError, and nothing is written.
+    ``model``: whole or sharded tables; ``cluster``: ``cluster.Cluster``; ``data``: the run's ``DataSet``, whose
+    shape the manifest records (``data_shape``), so the model can be rebuilt without the data (an export). Then
+    removes all but the ``keep`` newest checkpoints. A row holding NaN or inf raises DivergedError, and nothing is
+    written.
     """
     name, final, tmp = cluster.new_folder(directory, step, folder_names)
     try:
@@ -161,7 +163,11 @@ def save_checkpoint(directory, step, config, state, model, cluster, keep=2):
                     write_state(os.path.join(tmp, STATE), state)
                     entries = {STATE: file_entry(os.path.join(tmp, STATE), crc=True)}
                     entries.update({f: file_entry(os.path.join(tmp, f)) for f in files})
-                    write_manifest(tmp, step, config, entries, **({"sharded": sharded} if sharded else {}))
+                    extra = {"sharded": sharded} if sharded else {}
+                    if data is not None:
+                        extra["data_shape"] = {"n_dense": data.n_dense, "sparse_names": list(data.sparse_names),
+                                               "label_names": list(data.label_names)}
+                    write_manifest(tmp, step, config, entries, **extra)
                     publish(directory, name, final, tmp, keep)
                 except Exception as e:  # raised below, once the other ranks know
                     error = e

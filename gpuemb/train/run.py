@@ -166,7 +166,7 @@ class Run:
         c = self.config
         try:
             path = ckpt.save_checkpoint(c.checkpoints.checkpoint_dir, self.step, c, self.state_dict(), self.model,
-                                        self.cluster, c.checkpoints.keep_checkpoints)
+                                        self.cluster, c.checkpoints.keep_checkpoints, self.data)
         except DivergedError as e:
             raise DivergedError(f"after step {self.step} {e}, so no checkpoint was written; {self.advice()}") from None
         self.last_checkpoint = path

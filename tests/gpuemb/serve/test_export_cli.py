@@ -35,10 +35,8 @@ def _rows(model, n=300, seed=5):
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    """``{model: step folder}``: DLRM over one shared table, DeepFM over per-feature tables (first order).
-
-    (Not ``--embedding-dtype fp16``: its checkpoints refuse their own packed optimizer state as NaN, see the
-    report of issue 17 item 4; fp16 tables are exported in-process by test_predictor_models.py.)"""
+    """``{model: step folder}``: DLRM over one shared table, DeepFM over per-feature tables (first order); fp16
+    tables go through the command lines in test_a_checkpoint_exports_after_its_data_is_gone."""
     out = {}
     for name, flags in (("dlrm", ()), ("deepfm", ("--tables", "per-feature"))):
         folder = tmp_path_factory.mktemp(name)
@@ -84,3 +82,39 @@ def test_corrupt_checkpoint_is_one_line(checkpoints, tmp_path):
     run = _cli("export.py", folder, "--out", tmp_path / "b")
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
     assert len(run.stderr.strip().splitlines()) == 1 and "CRC32" in run.stderr, run.stderr
+
+
+def test_a_checkpoint_exports_after_its_data_is_gone(tmp_path):
+    """The manifest records the data's shape, so a checkpoint of a run on a raw file exports once the file has
+    been moved away; a checkpoint whose recorded shape was damaged is one CheckpointError line."""
+    import json
+    import shutil
+
+    data = tmp_path / "criteo.tsv"
+    shutil.copy(ROOT / "tests" / "io" / "data" / "criteo_sample.tsv", data)
+    run = _cli("train.py", "--model", "dlrm", "--data", data, "--format", "criteo", "--steps", 4, "--batch-size",
+               64, "--checkpoint-dir", tmp_path / "ck", "--checkpoint-every", 4, "--embedding-dtype", "fp16")
+    assert run.returncode == 0, run.stderr[-2000:]
+    data.unlink()
+    export = _cli("export.py", tmp_path / "ck", "--out", tmp_path / "b", "--rows", "fp16")
+    assert export.returncode == 0, export.stderr
+    manifest = json.loads((tmp_path / "ck" / "step-000000004" / "manifest.json").read_text())
+    shape = manifest["body"]["data_shape"]
+    assert shape["n_dense"] == 13 and len(shape["sparse_names"]) == 26 and shape["label_names"] == ["label"]
+    with Predictor(tmp_path / "b") as p:
+        out = p.predict(np.random.default_rng(0).normal(size=(8, 13)).astype(np.float32),
+                        np.random.default_rng(1).integers(0, 1 << 30, (8, 26)))
+    assert out.shape == (8,) and np.isfinite(out).all()
+
+
+def test_a_damaged_data_shape_is_one_line():
+    from gpuemb.serve.checkpoint import data_shape
+    from gpuemb.train.checkpoint import CheckpointError
+
+    good = {"data_shape": {"n_dense": 3, "sparse_names": ["a", "b"], "label_names": ["y"]}}
+    shape = data_shape(None, good)
+    assert (shape.n_dense, shape.n_features, shape.n_tasks, shape.sparse_names) == (3, 2, 1, ("a", "b"))
+    for bad in ({"n_dense": "3", "sparse_names": ["a"], "label_names": ["y"]}, {"n_dense": 3, "label_names": ["y"]},
+                {"n_dense": 3, "sparse_names": [], "label_names": ["y"]}, ["not", "a", "dict"]):
+        with pytest.raises(CheckpointError, match="data_shape"):
+            data_shape(None, {"data_shape": bad})
