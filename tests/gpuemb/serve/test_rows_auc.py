@@ -1,5 +1,5 @@
-"""Reduced rows keep the model's ranking: a DLRM trained to a meaningful AUC loses less than 0.001 of it with fp16
-or int8 rows. ``pytest tests/gpuemb/serve/test_rows_auc.py -s`` prints the AUCs (docs/perf/README.md,
+"""Reduced rows keep the model's ranking: every model, trained to a meaningful AUC, loses less than 0.001 of it
+with fp16 or int8 rows. ``pytest tests/gpuemb/serve/test_rows_auc.py -s`` prints the AUCs (docs/perf/README.md,
 "Inference bundle rows")."""
 import numpy as np
 import pytest
@@ -10,9 +10,15 @@ from gpuemb.serve.bundle import write_bundle
 from gpuemb.serve.rows import FORMATS
 
 
+MODELS = {"dlrm": {"bottom": (32,), "top": (64, 32)}, "dcn": {"n_cross": 2, "deep": (64, 32)},
+          "deepfm": {"deep": (64, 32)}, "xdeepfm": {"cin": (8, 8), "deep": (64, 32)}, "pnn": {"deep": (64, 32)},
+          "wide_deep": {"deep": (64, 32)}, "mmoe": {"n_tasks": 1, "expert": (32,), "tower": (16,)}}
+
+
 @pytest.mark.slow
-def test_fp16_and_int8_rows_keep_the_auc(train, test_split, eval_output, tmp_path):
-    model = train("dlrm", {"bottom": (32,), "top": (64, 32)}, steps=200, batch=256)
+@pytest.mark.parametrize("name", list(MODELS))
+def test_fp16_and_int8_rows_keep_the_auc(name, train, test_split, eval_output, tmp_path):
+    model = train(name, MODELS[name], steps=200, batch=256)
     test = test_split(16384)
     trained = auc(eval_output(model, test.dense, test.sparse), test.label)
     aucs, rows = {}, {}
@@ -21,7 +27,7 @@ def test_fp16_and_int8_rows_keep_the_auc(train, test_split, eval_output, tmp_pat
         with Predictor(tmp_path / fmt, runtime="numpy") as p:
             aucs[fmt] = auc(p.predict(test.dense, test.sparse), test.label)
             rows[fmt] = p.tables["t0"].lookup(np.arange(1000))
-    print(f"\nDLRM, 200 steps: eval AUC {trained:.6f}; bundle AUC " +
+    print(f"\n{name}, 200 steps: eval AUC {trained:.6f}; bundle AUC " +
           ", ".join(f"{f} {a:.6f} ({a - aucs['fp32']:+.6f})" for f, a in aucs.items()))
     assert trained > 0.7  # a model that ranks: a 0.5 model would keep its AUC under any rounding
     assert abs(aucs["fp32"] - trained) < 1e-6
