@@ -24,6 +24,10 @@ def distribute(model, comm, plan=None, codecs=None, bucket_bytes=4 << 20, **plan
     found = _collections(model)
     if not found:
         raise ValueError(f"distribute: {type(model).__name__} has no EmbeddingCollection attribute to shard")
+    multi = [name for name, c in found if c.hotness is not None]
+    if multi:
+        raise ValueError(f"distribute: {type(model).__name__}.{multi[0]} pools multi-hot features, which sharded "
+                         "collections do not take yet; train it on one process")
     if plan is None:
         configs = [t.config for _, c in found for t in c.tables]
         plan = plan_for(configs, comm.world_size, max(c.n_features if c.shared else 1 for _, c in found), **planning)

@@ -46,10 +46,10 @@ class RecModel(Module):
 
     def __init__(self, n_dense, tables, seed=0, **hyper):
         name = type(self).__name__
-        n_features = hyper.pop("n_features", None)
+        n_features, hotness = hyper.pop("n_features", None), hyper.pop("hotness", None)
         unknown = sorted(set(hyper) - set(self.defaults))
         if unknown:
-            valid = ", ".join(sorted([*self.defaults, "n_features"]))
+            valid = ", ".join(sorted([*self.defaults, "n_features", "hotness"]))
             raise TypeError(f"{name}: unknown hyperparameter(s) {', '.join(unknown)}; valid ones are {valid}")
         check_int(name, "n_dense", n_dense, 0, note=" (the dense features per sample)")
         configs = self._configs(tables, n_features)
@@ -59,12 +59,12 @@ class RecModel(Module):
         if repeated:
             raise ValueError(f"{name}: table names {repeated} are repeated (first-order tables add '_linear' to "
                              "their table's name); a checkpoint keys tables by name, so give each its own")
-        self.hyper = {**self.defaults, **hyper, "n_features": n_features}
+        self.hyper = {**self.defaults, **hyper, "n_features": n_features, "hotness": hotness}
         self.n_dense = int(n_dense)
         self._seeds = np.random.SeedSequence(seed)
-        self.embeddings = EmbeddingCollection(configs, n_features)
+        self.embeddings = EmbeddingCollection(configs, n_features, hotness=hotness)
         if self.first_order:
-            self.linear_embeddings = EmbeddingCollection(linear, n_features)
+            self.linear_embeddings = EmbeddingCollection(linear, n_features, hotness=hotness)
 
     def _configs(self, tables, n_features):
         name = type(self).__name__

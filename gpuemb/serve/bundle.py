@@ -49,6 +49,9 @@ def write_bundle(model, out, rows="fp32"):
     kind = {cls: name for name, cls in MODELS.items()}.get(type(model))
     if kind is None:
         raise ValueError(f"export: {type(model).__name__} is not one of gpuemb.models.MODELS")
+    if model.embeddings.hotness is not None:  # the Predictor takes one key per feature
+        raise ValueError(f"export: the model pools multi-hot features (hotness {model.embeddings.hotness}), which "
+                         "bundles do not hold yet; export a single-hot model")
     os.makedirs(out, exist_ok=True)
     onnx.save(export_onnx(model), os.path.join(out, ONNX_FILE))
     collections = {"embeddings": _collection(model, "embeddings", "embeddings")}

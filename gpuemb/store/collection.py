@@ -13,6 +13,7 @@ import numpy as np
 from gpuemb.autograd import backend, concat
 from gpuemb.autograd.backend import get_array_module
 from gpuemb.io.hashing import GOLDEN, splitmix64_finalizer
+from gpuemb.io.jagged import JaggedFeatures
 from gpuemb.nn.module import Module
 
 from .table import EmbeddingTable
@@ -55,36 +56,87 @@ def mixed_keys(sparse, n_features, shared, owner, note=""):
     return feature_keys(sparse, xp.arange(n_features)) if shared else sparse
 
 
+def feature_major(bags, xp):
+    """One lookup's ``(keys, offsets)`` from F features' ``(keys, offsets [B+1])`` bags, feature after feature."""
+    starts = np.cumsum([0] + [int(k.shape[0]) for k, _ in bags[:-1]])
+    keys = xp.concatenate([k for k, _ in bags])
+    ends = [xp.full(1, keys.shape[0], np.int64)]
+    return keys, xp.concatenate([o[:-1] + int(s) for (_, o), s in zip(bags, starts)] + ends)
+
+
+def fixed_hotness(hotness, n_features, owner):
+    """``hotness`` (keys per feature in every row, fixed) checked against ``n_features``; None where every feature
+    has one key, which is the single-hot fast path."""
+    if hotness is None:
+        return None
+    hot = tuple(hotness)
+    if len(hot) != n_features or not all(isinstance(h, (int, np.integer)) and h >= 1 for h in hot):
+        raise ValueError(f"{owner}: hotness={hot!r}; give one int >= 1 per feature ({n_features} features), the "
+                         "keys each row holds for it, or None for one key each")
+    return None if max(hot) == 1 else tuple(int(h) for h in hot)
+
+
 class EmbeddingCollection(Module):
     """F features over ``configs``: one ``TableConfig`` per feature, or one config and ``n_features`` to share it.
 
-    ``forward(sparse)``: ``sparse [B, F]`` int64, one key per feature, or a list of F ``(keys, offsets)`` multi-hot
-    bags pooled by ``mode``; either way ``[B, F, D]``.
+    ``forward(sparse)``, ``[B, F, D]`` out, each feature's keys pooled by ``mode`` where it has several:
+    - ``sparse [B, F]`` int64, one key per feature (the fast path: a gather, no pooling);
+    - with ``hotness`` (F ints: a fixed number of keys per feature, as MLPerf's multi-hot Criteo has),
+      ``sparse [B, sum(hotness)]``, feature f's keys in its own run of columns;
+    - ``JaggedFeatures`` (``gpuemb.io.jagged``): bags of any length; a single-hot batch takes the fast path;
+    - a list of F ``(keys, offsets)`` bags.
     """
 
-    def __init__(self, configs, n_features=None, mode="sum"):
+    def __init__(self, configs, n_features=None, mode="sum", hotness=None):
         configs, self.dim = stackable(configs, n_features, "EmbeddingCollection")
         self.shared = n_features is not None
         self.tables = [EmbeddingTable(c) for c in configs]
         self.n_features = n_features if self.shared else len(configs)
         self.mode = mode
+        self.hotness = fixed_hotness(hotness, self.n_features, "EmbeddingCollection")
 
     def table_keys(self, sparse):
-        """``[(table, keys)]``: the keys each table looks up in a forward on ``sparse [B, F]`` (int64), in the order
-        the forward looks them up. A prefetch given the same keys hands the lookup its sort and pinned slots."""
-        keys = mixed_keys(sparse, self.n_features, self.shared, "EmbeddingCollection")
+        """``[(table, keys)]``: the keys each table looks up in a forward on ``sparse`` (int64 ``[B, F]``, or
+        ``[B, sum(hotness)]``), in the order the forward looks them up. A prefetch given the same keys hands the
+        lookup its sort and pinned slots."""
+        return [(t, keys) for t, keys, _ in self._lookups(sparse)]
+
+    def _lookups(self, sparse):
+        """``[(table, keys, offsets or None)]`` of a forward on the matrix ``sparse``, on its device."""
+        if self.hotness is None:
+            keys = mixed_keys(sparse, self.n_features, self.shared, "EmbeddingCollection")
+            if self.shared:
+                return [(self.tables[0], keys.reshape(-1), None)]
+            return [(t, keys[:, f], None) for f, t in enumerate(self.tables)]
+        hot = self.hotness
+        xp = get_array_module(sparse)
+        columns = np.repeat(np.arange(self.n_features), hot)  # the feature of each column
+        keys = mixed_keys(sparse, columns.size, False, "EmbeddingCollection",
+                          f" with hotness {hot}: [B, {columns.size}], each feature's keys side by side")
         if self.shared:
-            return [(self.tables[0], keys.reshape(-1))]
-        return [(t, keys[:, f]) for f, t in enumerate(self.tables)]
+            keys = feature_keys(keys, xp.asarray(columns))
+        B, ends = keys.shape[0], np.cumsum(hot)
+        bags = [(xp.ascontiguousarray(keys[:, e - h:e]).reshape(-1), xp.arange(B + 1, dtype=np.int64) * h)
+                for h, e in zip(hot, ends)]
+        if not self.shared:
+            return [(t, k, o) for t, (k, o) in zip(self.tables, bags)]
+        return [(self.tables[0], *feature_major(bags, xp))]
 
     def forward(self, sparse):
+        if isinstance(sparse, JaggedFeatures):
+            if sparse.single_hot and self.hotness is None:
+                sparse = sparse.dense()
+            else:
+                sparse = [sparse.feature(f)[:2] for f in range(sparse.n_features)]
         if isinstance(sparse, (list, tuple)):
             return self._pooled(sparse)
         B = np.shape(sparse)[0]
-        rows = [t.lookup(keys, insert=self.training) for t, keys in self.table_keys(sparse)]
-        if self.shared:
+        rows = [t.lookup(k, o, None if o is None else self.mode, self.training) for t, k, o in self._lookups(sparse)]
+        if not self.shared:
+            return concat([r.reshape(B, 1, self.dim) for r in rows], axis=1)
+        if self.hotness is None:
             return rows[0].reshape(B, self.n_features, self.dim)
-        return concat([r.reshape(B, 1, self.dim) for r in rows], axis=1)
+        return rows[0].reshape(self.n_features, B, self.dim).transpose(1, 0, 2)
 
     def _pooled(self, bags):
         if len(bags) != self.n_features:
@@ -92,9 +144,7 @@ class EmbeddingCollection(Module):
         bags = [(np.asarray(backend.to_host(k), np.int64), np.asarray(backend.to_host(o), np.int64)) for k, o in bags]
         B = bags[0][1].size - 1
         if self.shared:  # bags in feature-major order, one lookup: [F·B, D] -> [B, F, D]
-            keys = np.concatenate([feature_keys(k, f) for f, (k, _) in enumerate(bags)])
-            starts = np.cumsum([0] + [k.size for k, _ in bags[:-1]])
-            offsets = np.concatenate([o[:-1] + s for (_, o), s in zip(bags, starts)] + [[keys.size]])
+            keys, offsets = feature_major([(feature_keys(k, f), o) for f, (k, o) in enumerate(bags)], np)
             y = self.tables[0].lookup(keys, offsets, self.mode, self.training)
             return y.reshape(self.n_features, B, self.dim).transpose(1, 0, 2)
         return concat([t.lookup(k, o, self.mode, self.training).reshape(B, 1, self.dim)

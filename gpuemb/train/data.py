@@ -42,6 +42,7 @@ class DataSet:
     sparse_names: tuple
     description: str
     teacher_auc: float = None  # the planted teacher's AUC on the eval rows, where it is known
+    hotness: tuple = None  # keys per feature in every row where some feature has several (multi-hot), else None
     synthetic: bool = False
     _open: list = field(default_factory=list)  # shard sources to close
 
@@ -68,7 +69,8 @@ def _synthetic(config, train_rows):
     layout = train.layout
     return DataSet(train, eval_, cfg.n_dense, len(cfg.cardinalities), layout.label_names, layout.sparse_names,
                    f"synthetic '{config.data.preset}' data ({train_rows:,} training rows, {config.data.eval_rows:,} eval "
-                   "rows)", synthetic.teacher_auc(cfg, config.data.eval_rows, "test"), synthetic=True)
+                   "rows)", synthetic.teacher_auc(cfg, config.data.eval_rows, "test"), synthetic=True,
+                   hotness=cfg.hot if max(cfg.hot) > 1 else None)
 
 
 def _raw_paths(pattern):
@@ -133,9 +135,7 @@ def _shards(config, train_paths, eval_paths, description):
             raise ConfigError("--eval-data: the eval shards' columns differ from the training shards'; "
                               "evaluate on shards of the same data set")
         hot = train.layout.hotness
-        if hot and max(hot) > 1:
-            raise ConfigError(f"--data: the shards hold multi-hot features (hotness {max(hot)}); the models take "
-                              "one id per feature, so convert the data one-hot")
+        data.hotness = tuple(hot) if hot and max(hot) > 1 else None
         meta = eval_.infos[0].layout.meta
         if "teacher_auc" in meta and eval_.n_rows <= config.data.eval_rows:
             data.teacher_auc = float(meta["teacher_auc"])  # synthetic shards record their teacher's AUC

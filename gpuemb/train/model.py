@@ -49,6 +49,8 @@ def build_model(config, data, ssd_dir=None, table_lr=None):
         hyper["n_features"] = data.n_features
     if config.model.name == "mmoe":
         hyper.setdefault("n_tasks", data.n_tasks)
+    if getattr(data, "hotness", None):  # multi-hot: each feature's keys pooled by its collection
+        hyper["hotness"] = data.hotness
     try:
         model = models.build(config.model.name, data.n_dense, table_configs(config, data, ssd_dir, table_lr),
                              config.run.seed, **hyper)

@@ -84,3 +84,13 @@ def test_slice_gradients_are_the_slices_added_in_slice_order(rng):
 def test_slice_gradients_take_one_dtype(rng):
     with pytest.raises(ValueError, match="float32, float64"):
         SliceGradients(params(rng, [(2,)]) + params(rng, [(2,)], np.float64), LocalCommunicator())
+
+
+def test_distribute_refuses_multi_hot_collections_in_one_line():
+    from gpuemb.distributed import distribute
+    from gpuemb.models import build
+    from gpuemb.store import TableConfig
+
+    model = build("dcn", 2, [TableConfig(f"t{i}", 4) for i in range(2)], hotness=(2, 1), deep=(4,))
+    with pytest.raises(ValueError, match="DCNv2.embeddings pools multi-hot features.*train it on one process"):
+        distribute(model, LocalCommunicator())

@@ -97,3 +97,14 @@ def test_loading_a_bundle_loads_no_training_code(bundle):
     training = [m for m in loaded if m.partition(".")[2].split(".")[0] in ("models", "train", "autograd", "optim",
                                                                           "nn", "store")]
     assert not training, training
+
+
+def test_a_multi_hot_model_is_refused_in_one_line(tmp_path):
+    from gpuemb.models import build
+    from gpuemb.serve.bundle import write_bundle
+    from gpuemb.store import TableConfig
+
+    model = build("dlrm", 2, [TableConfig(f"t{i}", 4) for i in range(2)], hotness=(1, 3), bottom=(4,), top=(4,))
+    with pytest.raises(ValueError, match=r"multi-hot features \(hotness \(1, 3\)\)"):
+        write_bundle(model, tmp_path / "b")
+    assert not (tmp_path / "b").exists()

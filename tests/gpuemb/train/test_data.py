@@ -50,11 +50,29 @@ def test_shards_without_an_eval_split_ask_for_eval_data(tmp_path):
     data.close()
 
 
-def test_multi_hot_shards_are_refused(tmp_path):
+def test_multi_hot_shards_train_with_their_hotness(tmp_path):
+    """Shards of fixed-hotness features open with their hotness, and a model built on them pools each feature's
+    keys: one training step moves exactly the rows of the keys it saw."""
+    from gpuemb.train import Run, TrainConfig
+
     multi = SyntheticConfig(n_dense=2, cardinalities=(50, 50), hotness=(1, 3), seed=1)
     write_synthetic(multi, tmp_path / "shards", {"train": 500, "test": 500})
-    with pytest.raises(ConfigError, match="multi-hot features \\(hotness 3\\)"):
-        opened(tmp_path, data=str(tmp_path / "shards"))
+    data = opened(tmp_path, data=str(tmp_path / "shards"))
+    assert data.hotness == (1, 3) and data.n_features == 2
+    data.close()
+    run = Run(TrainConfig.from_dict({"data": str(tmp_path / "shards"), "batch_size": 64, "steps": 1,
+                                     "progress": False, "tables": "per-feature", "embedding_dim": 4}))
+    try:
+        assert run.model.embeddings.hotness == (1, 3)
+        with run.batches as batches:
+            batch = next(batches)
+            run.trainer.train_step(batch)
+        sparse = batch.sparse
+        seen = [np.unique(sparse[:, :1]), np.unique(sparse[:, 1:])]
+        for table, keys in zip(run.model.embeddings.tables, seen):
+            assert sorted(k for ks in table.keys() for k in ks.tolist()) == keys.tolist()
+    finally:
+        run.close()
 
 
 def test_raw_criteo_files_are_converted_with_a_held_out_split(tmp_path):
