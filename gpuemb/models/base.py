@@ -13,6 +13,7 @@ from gpuemb.autograd import Tensor
 from gpuemb.autograd.checks import check_int, fail, is_int
 from gpuemb.autograd.backend import to_device
 from gpuemb.nn import Module
+from gpuemb.kernels.embedding_bag import MODES as POOLING_MODES
 from gpuemb.store.collection import EmbeddingCollection
 from gpuemb.store.options import Initializer, TableConfig
 
@@ -47,9 +48,10 @@ class RecModel(Module):
     def __init__(self, n_dense, tables, seed=0, **hyper):
         name = type(self).__name__
         n_features, hotness = hyper.pop("n_features", None), hyper.pop("hotness", None)
+        pooling = hyper.pop("pooling", "sum")
         unknown = sorted(set(hyper) - set(self.defaults))
         if unknown:
-            valid = ", ".join(sorted([*self.defaults, "n_features", "hotness"]))
+            valid = ", ".join(sorted([*self.defaults, "n_features", "hotness", "pooling"]))
             raise TypeError(f"{name}: unknown hyperparameter(s) {', '.join(unknown)}; valid ones are {valid}")
         check_int(name, "n_dense", n_dense, 0, note=" (the dense features per sample)")
         configs = self._configs(tables, n_features)
@@ -59,12 +61,15 @@ class RecModel(Module):
         if repeated:
             raise ValueError(f"{name}: table names {repeated} are repeated (first-order tables add '_linear' to "
                              "their table's name); a checkpoint keys tables by name, so give each its own")
-        self.hyper = {**self.defaults, **hyper, "n_features": n_features, "hotness": hotness}
+        if pooling not in POOLING_MODES:
+            raise ValueError(f"{name}: pooling={pooling!r}; use one of {', '.join(POOLING_MODES)} (how a multi-hot "
+                             "feature's keys combine)")
+        self.hyper = {**self.defaults, **hyper, "n_features": n_features, "hotness": hotness, "pooling": pooling}
         self.n_dense = int(n_dense)
         self._seeds = np.random.SeedSequence(seed)
-        self.embeddings = EmbeddingCollection(configs, n_features, hotness=hotness)
-        if self.first_order:
-            self.linear_embeddings = EmbeddingCollection(linear, n_features, hotness=hotness)
+        self.embeddings = EmbeddingCollection(configs, n_features, pooling, hotness)
+        if self.first_order:  # the first-order weights of a bag add up, as a logistic regression's do
+            self.linear_embeddings = EmbeddingCollection(linear, n_features, "sum", hotness)
 
     def _configs(self, tables, n_features):
         name = type(self).__name__
