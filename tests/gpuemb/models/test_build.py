@@ -188,3 +188,24 @@ def test_first_order_tables_follow_the_configs(name, make_tables, tmp_path, rng)
     with no_grad():
         model(*batch(rng))
     assert sorted(p.name for p in tmp_path.glob("*.h5")) == ["t0.h5", "t0.linear.h5"]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_multi_hot_features_pool_by_the_models_setting(name, make_tables, rng):
+    """With ``hotness``, every model sees one pooled row per feature: its logits equal those it gives on the same
+    rows pooled by hand (the mean of each feature's rows, fed as single-hot input through the head)."""
+    hot = (2, 1, 3)
+    model = build(name, 3, make_tables(3, 4), seed=1, hotness=hot, pooling="mean")
+    assert model.embeddings.hotness == hot and model.embeddings.mode == "mean"
+    if model.first_order:
+        assert model.linear_embeddings.mode == "sum"
+    sparse, dense = rng.integers(0, 50, (6, sum(hot))), rng.standard_normal((6, 3)).astype(np.float32)
+    model.eval()
+    embedded = model.embed(sparse)
+    ends = np.cumsum(hot)
+    for f, t in enumerate(model.embeddings.tables):
+        rows = t.lookup(sparse[:, ends[f] - hot[f]:ends[f]].reshape(-1), insert=False).data.reshape(6, hot[f], 4)
+        np.testing.assert_allclose(embedded[0].data[:, f], rows.mean(1), rtol=1e-6)
+    np.testing.assert_allclose(model(dense, sparse).data, model.head(dense, *embedded).data, rtol=1e-6)
+    with pytest.raises(ValueError, match="pooling='median'; use one of sum, mean"):
+        build(name, 3, make_tables(3, 4), hotness=hot, pooling="median")
