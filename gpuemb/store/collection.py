@@ -13,6 +13,7 @@ import numpy as np
 from gpuemb.autograd import backend, concat
 from gpuemb.autograd.backend import get_array_module
 from gpuemb.io.hashing import GOLDEN, splitmix64_finalizer
+from gpuemb.kernels.embedding_bag import MODES
 from gpuemb.nn.module import Module
 
 from .table import EmbeddingTable
@@ -59,10 +60,13 @@ class EmbeddingCollection(Module):
     """F features over ``configs``: one ``TableConfig`` per feature, or one config and ``n_features`` to share it.
 
     ``forward(sparse)``: ``sparse [B, F]`` int64, one key per feature, or a list of F ``(keys, offsets)`` multi-hot
-    bags pooled by ``mode``; either way ``[B, F, D]``.
+    bags pooled by ``mode`` ("sum", "mean" or "max"), or ``(keys, offsets, weights)`` for a weighted sum (mode
+    "sum"; the weights are data: no gradient reaches them); either way ``[B, F, D]``.
     """
 
     def __init__(self, configs, n_features=None, mode="sum"):
+        if mode not in MODES:
+            raise ValueError(f"EmbeddingCollection: mode={mode!r}; use one of {', '.join(MODES)}")
         configs, self.dim = stackable(configs, n_features, "EmbeddingCollection")
         self.shared = n_features is not None
         self.tables = [EmbeddingTable(c) for c in configs]
@@ -88,14 +92,30 @@ class EmbeddingCollection(Module):
 
     def _pooled(self, bags):
         if len(bags) != self.n_features:
-            raise ValueError(f"EmbeddingCollection: {len(bags)} (keys, offsets) pairs for {self.n_features} features")
-        bags = [(np.asarray(backend.to_host(k), np.int64), np.asarray(backend.to_host(o), np.int64)) for k, o in bags]
+            raise ValueError(f"EmbeddingCollection: {len(bags)} (keys, offsets) bags for {self.n_features} features")
+        bags = [_host_bag(f, bag) for f, bag in enumerate(bags)]
         B = bags[0][1].size - 1
         if self.shared:  # bags in feature-major order, one lookup: [F·B, D] -> [B, F, D]
-            keys = np.concatenate([feature_keys(k, f) for f, (k, _) in enumerate(bags)])
-            starts = np.cumsum([0] + [k.size for k, _ in bags[:-1]])
-            offsets = np.concatenate([o[:-1] + s for (_, o), s in zip(bags, starts)] + [[keys.size]])
-            y = self.tables[0].lookup(keys, offsets, self.mode, self.training)
+            keys = np.concatenate([feature_keys(k, f) for f, (k, _, _) in enumerate(bags)])
+            starts = np.cumsum([0] + [k.size for k, _, _ in bags[:-1]])
+            offsets = np.concatenate([o[:-1] + s for (_, o, _), s in zip(bags, starts)] + [[keys.size]])
+            weighted = any(w is not None for _, _, w in bags)  # then a feature without weights weighs each key 1
+            weights = np.concatenate([np.ones(k.size) if w is None else w for k, _, w in bags]) if weighted else None
+            y = self.tables[0].lookup(keys, offsets, self.mode, self.training, weights)
             return y.reshape(self.n_features, B, self.dim).transpose(1, 0, 2)
-        return concat([t.lookup(k, o, self.mode, self.training).reshape(B, 1, self.dim)
-                       for t, (k, o) in zip(self.tables, bags)], axis=1)
+        return concat([t.lookup(k, o, self.mode, self.training, w).reshape(B, 1, self.dim)
+                       for t, (k, o, w) in zip(self.tables, bags)], axis=1)
+
+
+def _host_bag(feature, bag):
+    """Feature ``feature``'s ``(keys, offsets)`` or ``(keys, offsets, weights)`` as host ``(keys, offsets,
+    weights or None)``, its weights one per key."""
+    if len(bag) not in (2, 3):
+        raise ValueError(f"EmbeddingCollection: feature {feature}'s bag has {len(bag)} parts; give (keys, offsets) "
+                         "or (keys, offsets, weights)")
+    keys, offsets = (np.asarray(backend.to_host(a), np.int64) for a in bag[:2])
+    weights = np.asarray(backend.to_host(bag[2]), np.float64) if len(bag) == 3 else None
+    if weights is not None and weights.shape != keys.shape:
+        raise ValueError(f"EmbeddingCollection: feature {feature} has weights of shape {weights.shape} for keys of "
+                         f"shape {keys.shape}; give one weight per key")
+    return keys, offsets, weights
