@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gpuemb.autograd import Tensor, no_grad
-from gpuemb.autograd.backend import to_host
+from gpuemb.autograd.backend import to_device, to_host
 from gpuemb.kernels.embedding_bag import embedding_bag_ref
 from gpuemb.optim import RowwiseAdagradRule, SGDRule, init_rows, row_layout
 from gpuemb.store.collection import EmbeddingCollection, feature_keys
@@ -75,7 +75,7 @@ def test_training_matches_the_reference(rule, mode, rng):
         y = table.lookup(keys, offsets, pool, weights=weights)
         np.testing.assert_allclose(to_host(y.data), ref.lookup(keys, offsets, pool, weights), rtol=1e-5, atol=1e-6)
         gy = rng.standard_normal(y.shape).astype(np.float32)
-        (y * Tensor(gy)).sum().backward()
+        (y * Tensor(to_device(gy))).sum().backward()
         ref.backward(keys, offsets, pool, weights, gy)
     got = {k: r for ks, rows, _ in table.export() for k, r in zip(ks.tolist(), rows)}
     assert got.keys() == ref.rows.keys()
