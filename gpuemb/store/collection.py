@@ -14,6 +14,7 @@ from gpuemb.autograd import backend, concat
 from gpuemb.autograd.backend import get_array_module
 from gpuemb.io.hashing import GOLDEN, splitmix64_finalizer
 from gpuemb.io.jagged import JaggedFeatures
+from gpuemb.kernels.embedding_bag import MODES
 from gpuemb.nn.module import Module
 
 from .table import EmbeddingTable
@@ -79,15 +80,20 @@ def fixed_hotness(hotness, n_features, owner):
 class EmbeddingCollection(Module):
     """F features over ``configs``: one ``TableConfig`` per feature, or one config and ``n_features`` to share it.
 
-    ``forward(sparse)``, ``[B, F, D]`` out, each feature's keys pooled by ``mode`` where it has several:
+    ``forward(sparse)``, ``[B, F, D]`` out, each feature's keys pooled by ``mode`` ("sum", "mean" or "max") where
+    it has several:
     - ``sparse [B, F]`` int64, one key per feature (the fast path: a gather, no pooling);
     - with ``hotness`` (F ints: a fixed number of keys per feature, as MLPerf's multi-hot Criteo has),
       ``sparse [B, sum(hotness)]``, feature f's keys in its own run of columns;
-    - ``JaggedFeatures`` (``gpuemb.io.jagged``): bags of any length; a single-hot batch takes the fast path;
-    - a list of F ``(keys, offsets)`` bags.
+    - ``JaggedFeatures`` (``gpuemb.io.jagged``): bags of any length, with per-key weights where it has them; a
+      single-hot batch takes the fast path;
+    - a list of F ``(keys, offsets)`` bags, or ``(keys, offsets, weights)`` for a weighted sum (mode "sum"; the
+      weights are data: no gradient reaches them).
     """
 
     def __init__(self, configs, n_features=None, mode="sum", hotness=None):
+        if mode not in MODES:
+            raise ValueError(f"EmbeddingCollection: mode={mode!r}; use one of {', '.join(MODES)}")
         configs, self.dim = stackable(configs, n_features, "EmbeddingCollection")
         self.shared = n_features is not None
         self.tables = [EmbeddingTable(c) for c in configs]
@@ -127,7 +133,8 @@ class EmbeddingCollection(Module):
             if sparse.single_hot and self.hotness is None:
                 sparse = sparse.dense()
             else:
-                sparse = [sparse.feature(f)[:2] for f in range(sparse.n_features)]
+                parts = 3 if sparse.weights is not None else 2
+                sparse = [sparse.feature(f)[:parts] for f in range(sparse.n_features)]
         if isinstance(sparse, (list, tuple)):
             return self._pooled(sparse)
         B = np.shape(sparse)[0]
@@ -140,12 +147,28 @@ class EmbeddingCollection(Module):
 
     def _pooled(self, bags):
         if len(bags) != self.n_features:
-            raise ValueError(f"EmbeddingCollection: {len(bags)} (keys, offsets) pairs for {self.n_features} features")
-        bags = [(np.asarray(backend.to_host(k), np.int64), np.asarray(backend.to_host(o), np.int64)) for k, o in bags]
+            raise ValueError(f"EmbeddingCollection: {len(bags)} (keys, offsets) bags for {self.n_features} features")
+        bags = [_host_bag(f, bag) for f, bag in enumerate(bags)]
         B = bags[0][1].size - 1
         if self.shared:  # bags in feature-major order, one lookup: [F·B, D] -> [B, F, D]
-            keys, offsets = feature_major([(feature_keys(k, f), o) for f, (k, o) in enumerate(bags)], np)
-            y = self.tables[0].lookup(keys, offsets, self.mode, self.training)
+            keys, offsets = feature_major([(feature_keys(k, f), o) for f, (k, o, _) in enumerate(bags)], np)
+            weighted = any(w is not None for _, _, w in bags)  # then a feature without weights weighs each key 1
+            weights = np.concatenate([np.ones(k.size) if w is None else w for k, _, w in bags]) if weighted else None
+            y = self.tables[0].lookup(keys, offsets, self.mode, self.training, weights)
             return y.reshape(self.n_features, B, self.dim).transpose(1, 0, 2)
-        return concat([t.lookup(k, o, self.mode, self.training).reshape(B, 1, self.dim)
-                       for t, (k, o) in zip(self.tables, bags)], axis=1)
+        return concat([t.lookup(k, o, self.mode, self.training, w).reshape(B, 1, self.dim)
+                       for t, (k, o, w) in zip(self.tables, bags)], axis=1)
+
+
+def _host_bag(feature, bag):
+    """Feature ``feature``'s ``(keys, offsets)`` or ``(keys, offsets, weights)`` as host ``(keys, offsets,
+    weights or None)``, its weights one per key."""
+    if len(bag) not in (2, 3):
+        raise ValueError(f"EmbeddingCollection: feature {feature}'s bag has {len(bag)} parts; give (keys, offsets) "
+                         "or (keys, offsets, weights)")
+    keys, offsets = (np.asarray(backend.to_host(a), np.int64) for a in bag[:2])
+    weights = np.asarray(backend.to_host(bag[2]), np.float64) if len(bag) == 3 else None
+    if weights is not None and weights.shape != keys.shape:
+        raise ValueError(f"EmbeddingCollection: feature {feature} has weights of shape {weights.shape} for keys of "
+                         f"shape {keys.shape}; give one weight per key")
+    return keys, offsets, weights

@@ -20,7 +20,7 @@ import numpy as np
 
 from gpuemb.autograd import Tensor, backend, is_grad_enabled
 from gpuemb.autograd.backend import to_host
-from gpuemb.kernels.embedding_bag import EmbeddingBagFunction, embedding_bag
+from gpuemb.kernels.embedding_bag import MODES, EmbeddingBagFunction, embedding_bag
 from gpuemb.kernels.unique import unique_keys
 from gpuemb.optim import update_rows
 
@@ -131,23 +131,23 @@ class EmbeddingTable:
         slots = self.home.locate(self.home.here(keys))
         return slots[slots >= 0]
 
-    def lookup(self, keys, offsets=None, mode=None, insert=True):
+    def lookup(self, keys, offsets=None, mode=None, insert=True, weights=None):
         """Rows of ``keys [N]`` (int64): ``[N, D]``, or with CSR ``offsets [B+1]`` pooled per bag by ``mode``
-        ("sum" or "mean"), ``[B, D]``. Differentiable: its backward updates the rows in place.
+        ("sum", "mean" or "max"), ``[B, D]``. Differentiable: its backward updates the rows in place.
+        ``weights [N]`` (mode "sum" only) make a weighted sum; they are data, so no gradient reaches them.
 
         ``insert=False`` is the evaluation read (an ``EmbeddingCollection`` in eval mode): absent keys read as
         their initial weights and are not added, so evaluating neither grows the table nor, under ``max_rows``,
         evicts trained rows; it has no backward and leaves prefetched pins alone.
         """
-        if (offsets is None) != (mode is None):
-            raise ValueError(f"{self.config.name}.lookup: pooling needs both offsets [B+1] and mode ('sum' or "
-                             f"'mean'); got offsets={'None' if offsets is None else 'given'} and mode={mode!r}")
+        _check_pooling(self.config.name, keys, offsets, mode, weights)
         # On the device from here on: device keys stay there (nothing below reads them back), host keys go up once.
         keys = backend.to_device(keys, np.int64)
         offsets = None if offsets is None else backend.to_device(offsets, np.int64)
+        weights = None if weights is None else backend.to_device(weights, self.format.compute_dtype)
         if not insert:
             unique, inverse = unique_keys(keys)
-            return Tensor(embedding_bag(self._peek(unique), inverse, offsets, mode or "sum"))
+            return Tensor(embedding_bag(self._peek(unique), inverse, offsets, mode or "sum", weights))
         with self._lock:
             self._unpin_released()
             ahead = self._prefetched.popleft() if self._prefetched else None
@@ -160,16 +160,16 @@ class EmbeddingTable:
                 slots = self.top.acquire(unique)
                 if ahead is not None:
                     self.top.unpin(ahead[3])
-        weights = self.format.weights(self.top.tier.read(slots))
+        rows = self.format.weights(self.top.tier.read(slots))
         if self.admission is not None:  # the default row of the keys still pending, after the admitted ones
-            weights = backend.xp.concatenate([weights, backend.xp.zeros((1, self.dim), weights.dtype)])
+            rows = backend.xp.concatenate([rows, backend.xp.zeros((1, self.dim), rows.dtype)])
         if not is_grad_enabled():
             self.top.unpin(slots)
-            return Tensor(embedding_bag(weights, inverse, offsets, mode or "sum"))
+            return Tensor(embedding_bag(rows, inverse, offsets, mode or "sum", weights))
         lease = Lease(self, slots)  # the backward takes the pins; a lookup let go gives them back (lease.py)
         fn = EmbeddingBagFunction(inverse, offsets, mode or "sum",
-                                  lambda u, g: self._update(unique, lease.take(), u, g))
-        out = fn.apply(Tensor(weights, requires_grad=True))
+                                  lambda u, g: self._update(unique, lease.take(), u, g), weights)
+        out = fn.apply(Tensor(rows, requires_grad=True))
         hold(fn, lease)
         return out
 
@@ -361,3 +361,15 @@ class EmbeddingTable:
         for level in self.levels:
             level.tier.close()
 
+
+def _check_pooling(name, keys, offsets, mode, weights):
+    """One line naming table ``name`` for a lookup's pooling arguments that embedding_bag would refuse."""
+    if (offsets is None) != (mode is None) or mode not in (None, *MODES):
+        raise ValueError(f"{name}.lookup: pooling needs both offsets [B+1] and mode (one of {', '.join(MODES)}); "
+                         f"got offsets={'None' if offsets is None else 'given'} and mode={mode!r}")
+    if weights is not None and mode != "sum":
+        raise ValueError(f"{name}.lookup: per-sample weights make a weighted sum, so they need offsets and "
+                         f"mode='sum'; got mode={mode!r}")
+    if weights is not None and np.shape(weights) != np.shape(keys):
+        raise ValueError(f"{name}.lookup: weights of shape {np.shape(weights)} for keys of shape {np.shape(keys)}; "
+                         "give one weight per key")

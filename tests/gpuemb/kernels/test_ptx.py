@@ -50,7 +50,12 @@ SIGNATURES = {
     "gpuemb.kernels.dot_interaction.backward[float16]": [
         "void(float16[:, ::1], float16[:, ::1], float16[:, :, ::1], float16[:, ::1], float16[:, :, ::1], int64)"],
     "gpuemb.kernels.embedding_bag._segment_rows_kernel": _each(
-        "void({t}[:, ::1], int64[::1], int64[::1], boolean, {t}, {t}[:, ::1])", "float32", "float64"),
+        "void({t}[:, ::1], int64[::1], {t}[::1], int64[::1], int32[:, ::1], int64[::1], boolean, {t}, {t}[:, ::1])",
+        "float32", "float64"),
+    "gpuemb.kernels.embedding_bag._segment_max_kernel": _each(
+        "void({t}[:, ::1], int64[::1], int64[::1], {t}, {t}[:, ::1], int32[:, ::1])", "float32", "float64"),
+    "gpuemb.kernels.embedding_bag._row_dots_kernel": _each(
+        "void({t}[:, ::1], int64[::1], int64[::1], {t}[:, ::1], {t}, {t}[::1])", "float32", "float64"),
     "gpuemb.kernels.fm._fm_kernel": ["void(float32[:, :, ::1], float32, float32[:, ::1])"],
     "gpuemb.kernels.fm._fm_backward_kernel": ["void(float32[:, ::1], float32[:, :, ::1], float32, float32[:, :, ::1])"],
     # weights by embedding_bag, stored rows as unsigned bits by the tiers (numba's CPU target has no float16)
