@@ -81,3 +81,20 @@ def test_bad_hotness_and_shapes_are_one_line(rng):
     with pytest.raises(ValueError, match=r"with hotness \(3, 1, 5\): \[B, 9\]"):
         _collection(False, HOT)(rng.integers(0, 9, (B, 3)))
     assert _collection(False, (1, 1, 1)).hotness is None  # all one: the single-hot fast path
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["per-feature", "shared"])
+def test_weighted_jagged_features_pool_as_weighted_bag_lists(shared, rng):
+    jag, lists = _collection(shared), _collection(shared)
+    names = tuple(f"f{i}" for i in range(len(HOT)))
+    lengths = rng.integers(0, 4, (len(HOT), B))
+    values = rng.integers(0, 30, lengths.sum())
+    weights = rng.random(values.size).astype(np.float32)
+    feats = JaggedFeatures.from_lengths(names, values, lengths, weights)
+    got, want = jag(feats), lists([feats.feature(f) for f in range(len(HOT))])
+    np.testing.assert_array_equal(to_host(got.data), to_host(want.data))
+    assert np.abs(to_host(got.data)).sum() > 0
+    g = rng.standard_normal(got.shape).astype(np.float32)
+    got.backward(g)
+    want.backward(g)
+    assert _rows(jag) == _rows(lists)
