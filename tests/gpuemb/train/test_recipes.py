@@ -30,7 +30,8 @@ def test_multi_hot_synthetic_data_starts_from_small_rows(model):
     assert (c.optimization.embedding_lr, c.optimization.embedding_init, c.optimization.embedding_init_scale) == (0.05, "normal", 0.01)
     assert resolved(model=model, preset="multihot", embedding_lr=0.2).optimization.embedding_lr == 0.2  # flags win
     assert resolved(synthetic=False, model=model, preset="multihot").optimization.embedding_lr == recipes.EMBEDDING_LR
-    assert resolved(model="pnn", preset="multihot").optimization.steps == 1000  # the model's entries stay
+    assert resolved(model="dcn", preset="multihot").optimization.steps == 2400
+    assert resolved(model="pnn", preset="multihot").optimization.steps == 1000  # the model's entries win
 
 
 def test_flags_win_over_the_recipe():
