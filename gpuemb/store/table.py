@@ -82,6 +82,7 @@ class EmbeddingTable:
         after = config.admit_after or 1
         self.admission = Admission(after, self.home) if after > 1 else None
         self.deleted = []  # (tick, keys) of the keys dropped, for deltas; only where ticks are kept
+        self.trimmed = 0  # the oldest marker a delta can be taken since: the drops before it are forgotten
         self.dropped = False  # whether keys were dropped since clear_dirty(): an incremental cannot say so
 
     def _new_rows(self, keys):
@@ -260,7 +261,8 @@ class EmbeddingTable:
     def delta(self, since):
         """``(keys, rows, steps, deleted)``: NumPy arrays of the keys inserted or updated after marker ``since``
         with their full rows and steps, and the keys dropped after it that the table does not hold again
-        (``delta.py``); needs ``TableConfig(track_updates=True)``."""
+        (``delta.py``); needs ``TableConfig(track_updates=True)``. Forgets the drops up to ``since``: a later delta
+        must be since ``since`` or a later marker."""
         return changes_since(self, since)
 
     def _drop(self, keys):

@@ -22,5 +22,6 @@ def restore_lifecycle(t, clock, ticks, pending):
     """Set the clock, ticks and pending counts of ``t``, whose rows are imported already; a snapshot from before
     the clock was saved (``clock`` None) restarts it at 0, and every key's tick at the clock."""
     t.home.restore_ticks(clock or 0, ticks)
+    t.trimmed = clock or 0  # the drops before the save are not saved: a delta must start at or after it
     if pending is not None and t.admission is not None:
         t.admission.set_counts(pending[:, 0], pending[:, 1])
