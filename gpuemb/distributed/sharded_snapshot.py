@@ -184,8 +184,8 @@ def load_sharded_tables(tables, paths):
 
 
 def _owned_pairs(collection, shard, sources, extra):
-    """``[n, 2]`` (key, value) of extra ``extra`` of the keys ``shard`` owns now, each key once (column shards
-    each hold the same keys' values), or None where no old shard saved it."""
+    """The rows ``[n, 2 or 3]`` (key, values) of extra ``extra`` of the keys ``shard`` owns now, each key once
+    (column shards each hold the same keys' values), or None where no old shard saved it."""
     got = [part.extra(extra) for part, _ in sources if extra in part.extras]
     if not got:
         return None

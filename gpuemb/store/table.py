@@ -231,19 +231,25 @@ class EmbeddingTable:
             home.touched[slots if home is self.top else home.locate(home.here(keys))] = home.clock
         every = self.config.evict_every
         if every and home.clock % every == 0:
-            self._drop(expired(self, self.config.evict))
+            self._evict(self.config.evict)
 
     # -- the lifecycle of keys: eviction, deletion, deltas ------------------------------------------------------
     def evict(self, rule=None):
         """Drop the keys that meet ``rule`` (an ``EvictionRule``; default: the config's ``evict``) from every level
         and the index, their slots going back to the allocators; keys pinned by batches in flight are left for a
-        later evict. Returns how many keys were dropped."""
+        later evict. With ``ttl_steps``, also the pending keys not counted within it. Returns how many keys with
+        rows were dropped."""
         rule = rule or self.config.evict
         if rule is None:
             raise ValueError(f"{self.config.name}.evict: no rule; pass an EvictionRule or give the table's config "
                              "one (TableConfig(evict=...))")
         with self._lock:
-            return self._drop(expired(self, rule))
+            return self._evict(rule)
+
+    def _evict(self, rule):
+        if self.admission is not None and rule.ttl_steps is not None:
+            self.admission.expire(rule.ttl_steps)
+        return self._drop(expired(self, rule))
 
     def delete(self, keys):
         """Drop ``keys`` as ``evict`` drops keys (absent ones are ignored; pinned ones are kept), and their pending

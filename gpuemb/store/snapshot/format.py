@@ -36,7 +36,8 @@ FORMAT, VERSION = "gpuemb-snapshot", 2
 READS = (1, 2)  # the versions a reader takes: 1 lacks the attributes' checksum
 PARTS = ("keys", "rows", "steps")
 # Optional int64 datasets of a table beside its rows, each with ``<name>_checksums`` (CRC32 per ``chunk_rows``
-# rows): ``pending`` [n, 2], the admission counts (key, count) of keys without a row; ``ticks`` [n, 2], (key, tick)
+# rows): ``pending`` [n, 3] (key, count, clock mod 2**23 when last counted; [n, 2] before that was kept), the
+# admission counts of keys without a row; ``ticks`` [n, 2], (key, tick)
 # of the last update of each key the snapshot holds a row of; ``deleted`` [n], a delta's keys deleted or evicted
 # since its marker. A reader that predates them never sees them: they are new datasets.
 EXTRAS = ("pending", "ticks", "deleted")

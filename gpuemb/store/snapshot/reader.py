@@ -243,7 +243,7 @@ class ChainTable(_Rows):
         return next((p.step_dtype for p in self.parts if p.n_rows), self.parts[0].step_dtype)
 
     def pending(self):
-        """The admission counts ``[n, 2]`` (key, count) of the latest snapshot that holds them, or None: each
+        """The admission counts ``[n, 3]`` (key, count, last seen) of the latest snapshot that holds them, or None: each
         snapshot holds every pending key of its time."""
         return next((p.extra("pending") for p in reversed(self.parts) if "pending" in p.extras), None)
 

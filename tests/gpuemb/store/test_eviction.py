@@ -110,7 +110,7 @@ def test_delete_drops_given_keys_and_their_counts(tmp_path, rng):
     doomed = np.concatenate([keys[:10], keys[45:50], [10 ** 9]])  # rows, pending counts, an absent key
     assert t.delete(doomed) == 10
     assert sorted(np.concatenate(list(t.keys())).tolist()) == sorted(keys[10:40].tolist())
-    counted = np.concatenate([k for k, _ in t.admission.counts()])
+    counted = np.concatenate([k for k, *_ in t.admission.counts()])
     assert sorted(counted.tolist()) == sorted(np.setdiff1d(keys[40:], keys[45:50]).tolist())
     t.close()
 
@@ -130,3 +130,20 @@ def test_a_drifting_stream_stays_bounded_with_ttl_eviction(tmp_path, rng):
         most = max(most, len(evicting))
     assert most <= bound < len(keeping), (most, len(keeping))
     assert len(keeping) > (ranges - 1) * width
+
+
+def test_pending_keys_of_a_drifting_stream_age_out(tmp_path, rng):
+    """1,200 batches of 8 hot keys and 4 keys seen once, admitted after 2 batches: TTL eviction of 100 every 50
+    batches keeps the pending keys under what 150 batches count (600) plus the hot range (300); without it every
+    key seen once stays pending."""
+    width, bound = 300, 4 * 150 + 300
+    evicting = table(tmp_path, "device", admit_after=2, evict=EvictionRule(ttl_steps=100), evict_every=50)
+    keeping = table(tmp_path, "device", admit_after=2, evict=None)
+    most = 0
+    for i in range(1200):
+        keys = np.concatenate([(i // 400) * width + rng.integers(0, width, 8), rng.integers(10 ** 6, 10 ** 15, 4)])
+        for t in (evicting, keeping):
+            step(t, keys, rng)
+        most = max(most, len(evicting.admission))
+    assert most <= bound < 4 * 1200 <= len(keeping.admission), (most, len(keeping.admission))
+    assert 4 * 100 <= most  # what the TTL keeps: every cold key of the last 100 batches

@@ -39,7 +39,7 @@ def everything(t):
     """Keys, rows, steps, ticks (key order) and pending counts (key order) of ``t``, and its clock."""
     keys, rows, steps = (np.concatenate(a) for a in zip(*t.export()))
     order = np.argsort(keys)
-    pending = np.concatenate([np.stack([k, c], 1) for k, c in t.admission.counts()] + [np.zeros((0, 2), np.int64)])
+    pending = np.concatenate([np.stack(kcs, 1) for kcs in t.admission.counts()] + [np.zeros((0, 3), np.int64)])
     ticks = t.home.ticks()
     return {"keys": keys[order], "rows": rows[order], "steps": steps[order], "clock": t.home.clock,
             "ticks": ticks[np.argsort(ticks[:, 0])], "pending": pending[np.argsort(pending[:, 0])]}
