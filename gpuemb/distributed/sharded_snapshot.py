@@ -23,6 +23,7 @@ import numpy as np
 
 from gpuemb.comm import LocalCommunicator
 from gpuemb.store.snapshot import SnapshotError, check_config, read_snapshot, save_snapshot
+from gpuemb.store.snapshot.lifecycle import restore_lifecycle
 
 from .layout import copy_columns, resized
 from .shards import LocalShard
@@ -150,7 +151,7 @@ def load_sharded(collection, paths):
             for part, _ in sources:
                 for _ in part.chunks():  # checks every chunk's checksums, keeping nothing
                     pass
-                part.extra("pending")
+                part.extra("pending"), part.extra("ticks")
         error = None
     except (SnapshotError, ValueError, OSError) as e:
         error = e
@@ -160,9 +161,12 @@ def load_sharded(collection, paths):
     if failed[0]:
         raise SnapshotError(f"load_sharded: {int(failed[0])} other rank(s) could not read or check their part of "
                             f"{[os.fspath(p) for p in paths]} (their errors name the file); nothing was loaded")
+    ranks = {s.path: s.meta["sharded"]["rank"] for s in snaps}
+    same_world = snaps[0].meta["sharded"]["world_size"] == comm.world_size
     for shard, sources in work:
         for part, cols in sources:
             _import(collection, shard, part, cols)
+        _lifecycle(collection, shard, sources, ranks, same_world)
 
 
 class _WholeTables:
@@ -179,13 +183,33 @@ def load_sharded_tables(tables, paths):
     load_sharded(_WholeTables(tables), paths)
 
 
+def _owned_pairs(collection, shard, sources, extra):
+    """The rows ``[n, 2 or 3]`` (key, values) of extra ``extra`` of the keys ``shard`` owns now, each key once
+    (column shards each hold the same keys' values), or None where no old shard saved it."""
+    got = [part.extra(extra) for part, _ in sources if extra in part.extras]
+    if not got:
+        return None
+    pairs = np.concatenate(got)
+    _, first = np.unique(pairs[:, 0], return_index=True)
+    pairs = pairs[first]
+    return pairs[_owned(collection, shard, pairs[:, 0])]
+
+
+def _lifecycle(collection, shard, sources, ranks, same_world):
+    """Restore the clock of ``shard``'s table, and the ticks and pending counts of the keys it owns now. Ranks'
+    clocks differ where a rank got no keys of the table in some batches: resumed on as many ranks, each takes its
+    own clock back (bit for bit); resharded, each takes the largest, so no key's tick is after the clock (no age
+    is negative) and a marker never runs backwards, a lagging rank's keys reading older by its lag."""
+    clocks = {ranks[part.path]: part.clock for part, _ in sources if part.clock is not None}
+    own = clocks.get(collection.comm.rank) if same_world else None
+    clock = own if own is not None else max(clocks.values(), default=None)
+    restore_lifecycle(shard.table, clock, _owned_pairs(collection, shard, sources, "ticks"),
+                      _owned_pairs(collection, shard, sources, "pending"))
+
+
 def _import(collection, shard, part, cols):
     """Import the owned keys of one old shard ``part`` (weight columns ``cols``) into ``shard``, chunk by chunk."""
     table, rule = shard.table, shard.table.rule
-    pending = part.extra("pending")
-    if pending is not None and table.admission is not None:  # each rank counts the keys it owns now
-        pending = pending[_owned(collection, shard, pending[:, 0])]
-        table.admission.set_counts(pending[:, 0], pending[:, 1])
     width = cols[1] - cols[0]
     whole = cols == shard.cols
     dst_layout = resized(part.layout, width, shard.cols[1] - shard.cols[0], rule)

@@ -1,8 +1,11 @@
 """Admission: a key gets its own row only once it has been in ``admit_after`` batches (docs/store.md, "Admission").
 
 Until then it is a pending key: an entry of a second ``KeyIndex`` whose int32 value is not a slot but the number
-of batches the key has been in. So a counted key costs one index entry, 12 bytes at the index's load of 0.57 to
-0.8 (15 to 21 bytes a key), and nothing else: no row, no slot. A training lookup counts each of its keys once (they
+of batches the key has been in (the low 8 bits, so ``admit_after`` <= 255) and the table's update clock, modulo
+2**23, when it was last counted (the 23 bits above), by which an eviction with ``ttl_steps`` drops the pending
+keys not seen within it (``expire``): a drifting stream's keys seen once do not pile up. So a counted key costs
+one index entry, 12 bytes at the index's load of 0.57 to 0.8 (15 to 21 bytes a key), and nothing else: no row,
+no slot. A training lookup counts each of its keys once (they
 are the batch's unique keys by then); the batch whose count reaches ``admit_after`` inserts the key's row, from
 the initializer, and trains it. Before that the key reads the shared default row, zeros, and its gradient is
 dropped. The pending index lives beside the home's, on the home's device, and a key the home holds is never
@@ -14,6 +17,9 @@ from gpuemb.autograd import backend
 from gpuemb.autograd.backend import to_host
 
 from .key_index import KeyIndex
+
+COUNT_BITS = 8  # of a pending value: the count; the bits above hold the clock when last counted
+SEEN_MOD = 1 << 23  # the last-seen clock is kept modulo this, and ages are computed modulo it (int32 values)
 
 
 class Admission:
@@ -51,8 +57,8 @@ class Admission:
         if at.shape[0]:
             counted = keys[at]
             pos, is_new = self.pending.claim(counted)
-            counts = xp.where(is_new, 0, self.pending.values_at(pos)) + 1
-            self.pending.assign(pos, counts)
+            counts = xp.where(is_new, 0, self.pending.values_at(pos) & ((1 << COUNT_BITS) - 1)) + 1
+            self.pending.assign(pos, (counts | (self.home.clock % SEEN_MOD) << COUNT_BITS).astype(np.int32))
             done = counts >= self.after
             self.pending.erase(counted[done])
             reached[at] = done
@@ -66,18 +72,34 @@ class Admission:
         return positions[keep], grads[keep]
 
     def counts(self, chunk=1 << 16):
-        """``(keys, counts)`` NumPy chunks of every pending key."""
-        for keys, counts in self.pending.items(chunk):
-            yield to_host(keys), to_host(counts).astype(np.int64)
+        """``(keys, counts, seen)`` NumPy chunks of every pending key: its count and the clock, modulo
+        ``SEEN_MOD``, when it was last counted."""
+        for keys, values in self.pending.items(chunk):
+            values = to_host(values).astype(np.int64)
+            yield to_host(keys), values & ((1 << COUNT_BITS) - 1), values >> COUNT_BITS
 
-    def set_counts(self, keys, counts):
-        """Set the counts of ``keys`` (restored from a snapshot), but of those the home holds."""
+    def set_counts(self, keys, counts, seen=None):
+        """Set the counts and last-seen clocks of ``keys`` (restored from a snapshot; ``seen`` None: now), but of
+        those the home holds."""
         home = self.home
-        keys, counts = home.here(np.asarray(keys, np.int64)), home.here(np.asarray(counts, np.int64))
+        seen = np.full(len(keys), home.clock % SEEN_MOD) if seen is None else np.asarray(seen) % SEEN_MOD
+        values = home.here((np.asarray(counts, np.int64) | seen.astype(np.int64) << COUNT_BITS).astype(np.int32))
+        keys = home.here(np.asarray(keys, np.int64))
         absent = home.locate(keys) < 0
-        keys, counts = keys[absent], counts[absent]
-        pos, _ = self.pending.claim(keys)
-        self.pending.assign(pos, counts)
+        pos, _ = self.pending.claim(keys[absent])
+        self.pending.assign(pos, values[absent])
+
+    def expire(self, ttl_steps, chunk=1 << 16):
+        """Drop the pending keys not counted in the last ``ttl_steps`` update batches; returns how many."""
+        clock, old = self.home.clock, []
+        for keys, values in self.pending.items(chunk):
+            age = (clock - (values >> COUNT_BITS)) % SEEN_MOD
+            old.append(keys[age >= ttl_steps])
+        old = self.home.xp.concatenate(old) if old else None
+        if old is None or not old.shape[0]:
+            return 0
+        self.pending.erase(old)
+        return old.shape[0]
 
     def forget(self, keys):
         """Drop the counts of ``keys`` (a delete); absent ones are ignored."""

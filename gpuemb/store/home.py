@@ -6,7 +6,7 @@ An absent key is new there: its rows come from the table's initializer and are w
 """
 import numpy as np
 
-from gpuemb.autograd.backend import is_device_array
+from gpuemb.autograd.backend import is_device_array, to_host
 
 from .level import RowLevel
 
@@ -36,3 +36,25 @@ class HomeLevel(RowLevel):
 
     def _evicting(self, slots):
         """Nothing to write: the evicted keys are dropped."""
+
+    def ticks(self, keys=None, chunk=1 << 16):
+        """``[n, 2]`` int64 NumPy (key, tick) of the last update of every key here, or of those of ``keys`` here."""
+        if keys is None:
+            pairs = [(to_host(k), to_host(self.touched[s])) for k, s in self.index.items(chunk)]
+        else:
+            keys = np.asarray(keys, np.int64)
+            slots = to_host(self.locate(self.here(keys)))
+            pairs = [(keys[slots >= 0], to_host(self.touched[self.here(slots[slots >= 0])]))]
+        return np.concatenate([np.stack([k, t.astype(np.int64)], 1) for k, t in pairs] + [np.zeros((0, 2), np.int64)])
+
+    def restore_ticks(self, clock, ticks):
+        """Set the update ``clock`` and, where ticks are kept, each held key's tick from ``ticks`` ``[n, 2]`` (key,
+        tick); keys without one (``ticks`` None: a snapshot from before ticks were saved) read as updated now."""
+        self.clock = clock
+        if self.touched is None:
+            return
+        self.touched[:] = clock
+        if ticks is not None:
+            slots = to_host(self.locate(self.here(ticks[:, 0])))
+            held = slots >= 0
+            self.touched[self.here(slots[held])] = self.here(ticks[held, 1].astype(np.int32))

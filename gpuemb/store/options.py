@@ -111,6 +111,9 @@ class EvictionRule:
 
     def __post_init__(self):
         check_int("EvictionRule", "ttl_steps", self.ttl_steps, 1, allow_none=True)
+        if self.ttl_steps is not None and self.ttl_steps >= 1 << 22:  # pending keys' ages are kept modulo 2**23
+            fail("EvictionRule", f"ttl_steps={self.ttl_steps}; use fewer than 2**22 = {1 << 22} update batches",
+                 "ttl_steps")
         check_int("EvictionRule", "min_count", self.min_count, 1, allow_none=True)
         if self.max_l2 is not None and not (isinstance(self.max_l2, (int, float)) and math.isfinite(self.max_l2)
                                             and self.max_l2 > 0):
@@ -148,6 +151,8 @@ class TableConfig:
     def __post_init__(self):
         owner = f"TableConfig({self.name!r})"
         check_int(owner, "admit_after", self.admit_after, 1, allow_none=True)
+        if self.admit_after is not None and self.admit_after > 255:  # a pending key's count has 8 bits
+            fail(owner, f"admit_after={self.admit_after}; use at most 255 batches", "admit_after")
         check_int(owner, "evict_every", self.evict_every, 1, allow_none=True)
         if self.evict is not None and not isinstance(self.evict, EvictionRule):
             fail(owner, f"evict={self.evict!r}; give an EvictionRule(ttl_steps=..., min_count=..., max_l2=...)",

@@ -83,6 +83,7 @@ class EmbeddingTable:
         after = config.admit_after or 1
         self.admission = Admission(after, self.home) if after > 1 else None
         self.deleted = []  # (tick, keys) of the keys dropped, for deltas; only where ticks are kept
+        self.trimmed = 0  # the oldest marker a delta can be taken since: the drops before it are forgotten
         self.dropped = False  # whether keys were dropped since clear_dirty(): an incremental cannot say so
 
     def _new_rows(self, keys):
@@ -231,19 +232,25 @@ class EmbeddingTable:
             home.touched[slots if home is self.top else home.locate(home.here(keys))] = home.clock
         every = self.config.evict_every
         if every and home.clock % every == 0:
-            self._drop(expired(self, self.config.evict))
+            self._evict(self.config.evict)
 
     # -- the lifecycle of keys: eviction, deletion, deltas ------------------------------------------------------
     def evict(self, rule=None):
         """Drop the keys that meet ``rule`` (an ``EvictionRule``; default: the config's ``evict``) from every level
         and the index, their slots going back to the allocators; keys pinned by batches in flight are left for a
-        later evict. Returns how many keys were dropped."""
+        later evict. With ``ttl_steps``, also the pending keys not counted within it. Returns how many keys with
+        rows were dropped."""
         rule = rule or self.config.evict
         if rule is None:
             raise ValueError(f"{self.config.name}.evict: no rule; pass an EvictionRule or give the table's config "
                              "one (TableConfig(evict=...))")
         with self._lock:
-            return self._drop(expired(self, rule))
+            return self._evict(rule)
+
+    def _evict(self, rule):
+        if self.admission is not None and rule.ttl_steps is not None:
+            self.admission.expire(rule.ttl_steps)
+        return self._drop(expired(self, rule))
 
     def delete(self, keys):
         """Drop ``keys`` as ``evict`` drops keys (absent ones are ignored; pinned ones are kept), and their pending
@@ -261,7 +268,8 @@ class EmbeddingTable:
     def delta(self, since):
         """``(keys, rows, steps, deleted)``: NumPy arrays of the keys inserted or updated after marker ``since``
         with their full rows and steps, and the keys dropped after it that the table does not hold again
-        (``delta.py``); needs ``TableConfig(track_updates=True)``."""
+        (``delta.py``); needs ``TableConfig(track_updates=True)``. Forgets the drops up to ``since``: a later delta
+        must be since ``since`` or a later marker."""
         return changes_since(self, since)
 
     def _drop(self, keys):

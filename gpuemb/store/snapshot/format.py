@@ -36,9 +36,11 @@ FORMAT, VERSION = "gpuemb-snapshot", 2
 READS = (1, 2)  # the versions a reader takes: 1 lacks the attributes' checksum
 PARTS = ("keys", "rows", "steps")
 # Optional int64 datasets of a table beside its rows, each with ``<name>_checksums`` (CRC32 per ``chunk_rows``
-# rows): ``pending`` [n, 2], the admission counts (key, count) of keys without a row; ``deleted`` [n], a delta's
-# keys deleted or evicted since its marker. A reader that predates them never sees them: they are new datasets.
-EXTRAS = ("pending", "deleted")
+# rows): ``pending`` [n, 3] (key, count, clock mod 2**23 when last counted; [n, 2] before that was kept), the
+# admission counts of keys without a row; ``ticks`` [n, 2], (key, tick)
+# of the last update of each key the snapshot holds a row of; ``deleted`` [n], a delta's keys deleted or evicted
+# since its marker. A reader that predates them never sees them: they are new datasets.
+EXTRAS = ("pending", "ticks", "deleted")
 KINDS = ("full", "incremental", "delta")
 ATTRS_CRC = "attrs_crc32"
 MAX_DEPTH = 32  # of the JSON in a file's attributes: configs are a few levels deep, and deeper ones crash parsers
@@ -113,6 +115,7 @@ class TableSnapshot:
     source: object = field(default=None, repr=False)
     part_dtypes: dict = None
     extras: dict = None  # {name: array} of EXTRAS
+    clock: int = None  # the table's update clock, the group's ``clock`` attribute (None: not written)
 
     @classmethod
     def from_chunks(cls, config, layout, chunks, part_dtypes=None):

@@ -61,6 +61,7 @@ class SnapshotTable(_Rows):
     step_dtype: np.dtype | None
     verify: bool = True
     extras: tuple = ()  # the names of the EXTRAS it holds
+    clock: int | None = None  # the table's update clock when saved; None in snapshots before it was kept
 
     def extra(self, name):
         """The int64 array of extra ``name`` (``EXTRAS``) checked against its checksums, or None where absent."""
@@ -181,8 +182,9 @@ def _table(f, path, name, verify):
         if not isinstance(g[e], h5py.Dataset) or g[e].dtype != np.int64 or \
                 not isinstance(g.get(f"{e}_checksums"), h5py.Dataset):
             raise SnapshotError(f"{where}: dataset {e!r} or its checksums are missing or not int64; {_RESTORE}")
+    clock = _attr(g, "clock", where, int) if "clock" in g.attrs else None
     t = SnapshotTable(path, name, _json(g, "config", where), layout, n, c, dtypes["rows"], dtypes.get("steps"),
-                      verify, extras)
+                      verify, extras, clock)
     want = {"keys": (n,), "rows": (n, t.width), "steps": (n,), "checksums": (-(-n // c), 3)}
     for p, shape in want.items():
         if p in g and g[p].shape != shape:
@@ -241,9 +243,24 @@ class ChainTable(_Rows):
         return next((p.step_dtype for p in self.parts if p.n_rows), self.parts[0].step_dtype)
 
     def pending(self):
-        """The admission counts ``[n, 2]`` (key, count) of the latest snapshot that holds them, or None: each
+        """The admission counts ``[n, 3]`` (key, count, last seen) of the latest snapshot that holds them, or None: each
         snapshot holds every pending key of its time."""
         return next((p.extra("pending") for p in reversed(self.parts) if "pending" in p.extras), None)
+
+    @property
+    def clock(self):
+        """The table's update clock in the latest snapshot that records it, or None."""
+        return next((p.clock for p in reversed(self.parts) if p.clock is not None), None)
+
+    def ticks(self):
+        """``[n, 2]`` (key, tick) of each key's last update, from the latest snapshot holding its tick, or None:
+        a snapshot holds the ticks of the rows it holds, as it holds their rows."""
+        got = [p.extra("ticks") for p in self.parts if "ticks" in p.extras]
+        if not got:
+            return None
+        both = np.concatenate(got[::-1])  # the latest first, so the first of each key is its latest tick
+        _, first = np.unique(both[:, 0], return_index=True)
+        return both[first]
 
     def chunks(self):
         """``(keys, rows, steps)`` per stored chunk, less the keys a later snapshot overrides.

@@ -9,12 +9,11 @@ it holds one chunk at a time (plus an incremental chain's newer keys), so a tabl
 import os
 from collections.abc import Mapping
 
-import numpy as np
-
 from gpuemb.autograd.plain import config_differences
 from gpuemb.store.table import EmbeddingTable
 
 from .format import SnapshotError, TableSnapshot
+from .lifecycle import lifecycle_of, restore_lifecycle
 from .reader import SnapshotChain
 from .writer import write_snapshot
 
@@ -54,22 +53,16 @@ def save_snapshot(tables, path, incremental=False, base=None, meta=None):
         if dropped:
             raise ValueError(f"save_snapshot({path}): tables {dropped} evicted or deleted keys since their last "
                              "save, which an incremental snapshot cannot record; write a full snapshot of them")
-    snaps = {name: TableSnapshot(t.config.to_dict(), t.format.layout, source=t.export(t.dirty_keys() if incremental
-                                                                                     else None),
-                                 part_dtypes=t.format.part_dtypes, extras=pending_of(t))
-             for name, t in tables.items()}
+    snaps = {}
+    for name, t in tables.items():
+        keys = t.dirty_keys() if incremental else None
+        clock, extras = lifecycle_of(t, keys)
+        snaps[name] = TableSnapshot(t.config.to_dict(), t.format.layout, source=t.export(keys),
+                                    part_dtypes=t.format.part_dtypes, extras=extras, clock=clock)
     snapshot_id = write_snapshot(path, snaps, incremental, base, meta)
     for t in tables.values():
         t.clear_dirty()
     return snapshot_id
-
-
-def pending_of(t):
-    """The extras of a table that admits keys: every pending key's count, ``[n, 2]``; None for other tables."""
-    if t.admission is None:
-        return None
-    counts = [np.stack([k, c], 1) for k, c in t.admission.counts()]
-    return {"pending": np.concatenate(counts or [np.zeros((0, 2), np.int64)])}
 
 
 def load_snapshot(tables, paths):
@@ -95,6 +88,7 @@ def load_snapshot(tables, paths):
     # and a table larger than memory restores a chunk at a time; the second pass imports.
     counts = {name: sum(k.size for k, _, _ in chain.tables[name].chunks()) for name in tables}
     pending = {name: chain.tables[name].pending() for name in tables}  # checked here too
+    ticks = {name: chain.tables[name].ticks() for name in tables}
     for name, n in counts.items():
         bound = tables[name].config.options.max_rows
         if bound is not None and n > bound:
@@ -104,6 +98,5 @@ def load_snapshot(tables, paths):
         for keys, rows, steps in chain.tables[name].chunks():
             if keys.size:
                 tables[name].import_rows(keys, rows, steps)
-        if pending[name] is not None and tables[name].admission is not None:
-            tables[name].admission.set_counts(pending[name][:, 0], pending[name][:, 1])
+        restore_lifecycle(tables[name], chain.tables[name].clock, ticks[name], pending[name])
     return chain.id

@@ -33,6 +33,8 @@ class _TableWriter:
         g.attrs["layout"] = json.dumps(layout_spans(table.layout, self.where))
         g.attrs["part_dtypes"] = json.dumps({p: str(self.dtype) for p in table.layout} | (table.part_dtypes or {}))
         g.attrs["chunk_rows"], g.attrs["has_steps"] = c, steps is not None
+        if table.clock is not None:
+            g.attrs["clock"] = int(table.clock)
         dtypes = (np.dtype(np.int64), self.dtype, self.step_dtype)
         self.bufs = [None if d is None else np.empty((c, self.width) if p == "rows" else (c,), d)
                      for p, d in zip(PARTS, dtypes)]

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from gpuemb.autograd import Tensor
+from gpuemb.autograd.backend import to_device, to_host
 from gpuemb.optim import SGDRule
 from gpuemb.store.options import EvictionRule, Initializer, StoreOptions, TableConfig
 from gpuemb.store.table import EmbeddingTable
@@ -24,7 +25,7 @@ def table(tmp_path, placement="device", **more):
 def step(t, keys, rng, ticks=None):
     """One training batch; ``ticks``: the reference's last update tick per key, kept as the table's clock runs."""
     y = t.lookup(keys)
-    (y * Tensor(rng.standard_normal(y.shape).astype(np.float32))).sum().backward()
+    (y * Tensor(to_device(rng.standard_normal(y.shape).astype(np.float32)))).sum().backward()
     if ticks is not None:
         ticks["clock"] = ticks.get("clock", 0) + 1
         ticks.update({k: ticks["clock"] for k in np.unique(keys).tolist()})
@@ -66,7 +67,7 @@ def test_evict_drops_what_the_rule_picks_from_every_level(placement, rule, tmp_p
         assert steps == before[k][1]
     gone = np.array(sorted(want), np.int64)
     for level in t.levels:  # no cache keeps a copy to write back or read again
-        assert (np.asarray(level.locate(level.here(gone))) < 0).all()
+        assert (to_host(level.locate(level.here(gone))) < 0).all()
     t.close()
 
 
@@ -81,7 +82,7 @@ def test_the_slots_of_evicted_keys_are_reused(tmp_path, rng):
     t.close()
 
 
-def test_pinned_keys_are_left_for_the_next_evict(tmp_path, rng):
+def test_pinned_keys_are_left_for_the_next_evict(tmp_path, rng, xp):
     t = table(tmp_path, "device")
     for _ in range(5):
         step(t, rng.integers(0, 50, 20), rng)
@@ -101,7 +102,7 @@ def test_pinned_keys_are_left_for_the_next_evict(tmp_path, rng):
     t.close()
 
 
-def test_delete_drops_given_keys_and_their_counts(tmp_path, rng):
+def test_delete_drops_given_keys_and_their_counts(tmp_path, rng, xp):
     t = table(tmp_path, "host", admit_after=2)
     keys = rng.choice(1000, 60, replace=False)
     for _ in range(2):
@@ -110,7 +111,7 @@ def test_delete_drops_given_keys_and_their_counts(tmp_path, rng):
     doomed = np.concatenate([keys[:10], keys[45:50], [10 ** 9]])  # rows, pending counts, an absent key
     assert t.delete(doomed) == 10
     assert sorted(np.concatenate(list(t.keys())).tolist()) == sorted(keys[10:40].tolist())
-    counted = np.concatenate([k for k, _ in t.admission.counts()])
+    counted = np.concatenate([k for k, *_ in t.admission.counts()])
     assert sorted(counted.tolist()) == sorted(np.setdiff1d(keys[40:], keys[45:50]).tolist())
     t.close()
 
@@ -130,3 +131,20 @@ def test_a_drifting_stream_stays_bounded_with_ttl_eviction(tmp_path, rng):
         most = max(most, len(evicting))
     assert most <= bound < len(keeping), (most, len(keeping))
     assert len(keeping) > (ranges - 1) * width
+
+
+def test_pending_keys_of_a_drifting_stream_age_out(tmp_path, rng):
+    """1,200 batches of 8 hot keys and 4 keys seen once, admitted after 2 batches: TTL eviction of 100 every 50
+    batches keeps the pending keys under what 150 batches count (600) plus the hot range (300); without it every
+    key seen once stays pending."""
+    width, bound = 300, 4 * 150 + 300
+    evicting = table(tmp_path, "device", admit_after=2, evict=EvictionRule(ttl_steps=100), evict_every=50)
+    keeping = table(tmp_path, "device", admit_after=2, evict=None)
+    most = 0
+    for i in range(1200):
+        keys = np.concatenate([(i // 400) * width + rng.integers(0, width, 8), rng.integers(10 ** 6, 10 ** 15, 4)])
+        for t in (evicting, keeping):
+            step(t, keys, rng)
+        most = max(most, len(evicting.admission))
+    assert most <= bound < 4 * 1200 <= len(keeping.admission), (most, len(keeping.admission))
+    assert 4 * 100 <= most  # what the TTL keeps: every cold key of the last 100 batches

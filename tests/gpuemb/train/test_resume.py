@@ -44,8 +44,11 @@ class Capture(Reporter):
             self.arrays = state(self.run)
 
 
-@pytest.mark.parametrize("store", [{}, {"store": "host", "cache_rows": 3000}, {"train_rows": 3 * 128 + 50}],
-                         ids=["device", "host", "epochs"])
+LIFECYCLE = {"admit_after": 2, "evict_every": 2, "evict_ttl": 3}  # evictions on both sides of the checkpoint
+
+
+@pytest.mark.parametrize("store", [{}, {"store": "host", "cache_rows": 3000}, {"train_rows": 3 * 128 + 50},
+                                   LIFECYCLE], ids=["device", "host", "epochs", "lifecycle"])
 def test_n_plus_m_steps_equal_n_steps_saved_resumed_then_m(tmp_path, store):
     whole, resumed = Capture(), Capture()
     train(config(tmp_path, "whole", steps=N + M, **store), whole)
