@@ -108,7 +108,12 @@ class EmbeddingTable:
         update (the next ``lookup`` takes over the pins of the oldest prefetch, and when it is given the same
         keys, its unique keys and slots as well). A training loop may call it from another thread while the
         current batch computes. ``room`` (from :meth:`room`): do nothing, and return False, where the unique keys
-        are more than that (rather than raise StoreFullError)."""
+        are more than that (rather than raise StoreFullError).
+
+        A table that admits keys reads an ssd home's chunks ahead but pins nothing, and returns False: admitting
+        counts a batch's keys and inserts some, which must happen in batch order, after the previous batch's update
+        and the evictions it triggers; done here, on the worker thread, it would depend on which ran first, and a
+        resumed run would not equal an unbroken one."""
         keys = backend.xp.array(backend.to_device(keys, np.int64))  # a copy: the caller's may change before the lookup
         unique, inverse = unique_keys(keys)
         if room is not None and unique.size > room:
@@ -117,10 +122,10 @@ class EmbeddingTable:
             with self._lock:
                 cold = self._cold_slots(unique)
             self.home.tier.read_ahead(cold)
+        if self.admission is not None:
+            return False
         with self._lock:
             self._unpin_released()
-            if self.admission is not None:  # decided and counted once, here: the lookup takes it over
-                unique, inverse = self.admission.admit(unique, inverse)
             self._prefetched.append((keys, unique, inverse, self.top.acquire(unique)))
         return True
 

@@ -66,8 +66,8 @@ def test_a_key_trains_from_its_nth_batch_on(placement, after, tmp_path, rng):
             seen = rng.integers(0, 500, 10) * 1009
             np.testing.assert_allclose(to_host(t.lookup(seen, insert=False).data), ref.lookup(seen, insert=False),
                                        rtol=1e-5, atol=1e-6)
-        if step % 3 == 1:  # the pipeline's prefetch: this batch is counted there, once
-            t.prefetch(keys)
+        if step % 3 == 1:  # the pipeline's prefetch: it pins nothing and counts nothing; the lookup does
+            assert t.prefetch(keys) is False and not t._prefetched
         skip = step % 7 == 3  # a loss-scaled step that is skipped: admitted keys keep their rows untrained
         if skip:
             t.hold_updates()
@@ -88,14 +88,17 @@ def test_a_key_trains_from_its_nth_batch_on(placement, after, tmp_path, rng):
     t.close()
 
 
-def test_a_mismatched_prefetch_leaves_the_lookup_right(tmp_path, rng):
-    """A lookup of other keys than the prefetch's counts its own batch and reads the right rows."""
+def test_a_prefetch_counts_nothing(tmp_path, rng):
+    """A prefetch of keys never looked up leaves the counts as they were: admission happens in the lookup, in
+    batch order (a prefetch runs on a worker thread, before or after the previous batch's update)."""
     t, ref = table(tmp_path, "device", 2), Reference(2)
     for _ in range(2):
         keys = rng.integers(0, 30, 12)
         ref.lookup(keys)
         t.lookup(keys)
-    t.prefetch(rng.integers(100, 130, 12))
+    counts = counts_of(t)
+    assert t.prefetch(rng.integers(100, 130, 12)) is False
+    assert counts_of(t) == counts and len(t) == len(ref.rows)
     keys = rng.integers(0, 30, 12)
     np.testing.assert_allclose(to_host(t.lookup(keys).data), ref.lookup(keys), rtol=1e-6)
 
