@@ -24,6 +24,10 @@ def distribute(model, comm, plan=None, codecs=None, bucket_bytes=4 << 20, **plan
     found = _collections(model)
     if not found:
         raise ValueError(f"distribute: {type(model).__name__} has no EmbeddingCollection attribute to shard")
+    mixed = [name for name, c in found if c.dim is None]
+    if mixed:
+        raise ValueError(f"distribute: {type(model).__name__}.{mixed[0]} holds tables of several dims, which "
+                         "sharded collections do not take yet; give its tables one dim, or train it on one process")
     multi = [name for name, c in found if c.hotness is not None]
     if multi:
         raise ValueError(f"distribute: {type(model).__name__}.{multi[0]} pools multi-hot features, which sharded "

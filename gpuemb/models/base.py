@@ -44,6 +44,8 @@ class RecModel(Module):
     defaults = {}
     first_order = False
     n_tasks = 1
+    mixed_dims = False  # True: tables of several dims are allowed (a model that concatenates the rows)
+    interaction_name = "interaction"  # what needs one dim, for the error of a model that refuses several
 
     def __init__(self, n_dense, tables, seed=0, **hyper):
         name = type(self).__name__
@@ -67,7 +69,12 @@ class RecModel(Module):
         self.hyper = {**self.defaults, **hyper, "n_features": n_features, "hotness": hotness, "pooling": pooling}
         self.n_dense = int(n_dense)
         self._seeds = np.random.SeedSequence(seed)
-        self.embeddings = EmbeddingCollection(configs, n_features, pooling, hotness)
+        dims = sorted({c.dim for c in configs})
+        if len(dims) > 1 and not self.mixed_dims:
+            raise ValueError(f"{name}: tables of dims {dims}; its {self.interaction_name} needs one dim, so give "
+                             "every table the same dim, or use a model that concatenates the rows (dcn, "
+                             "wide_deep, mmoe)")
+        self.embeddings = EmbeddingCollection(configs, n_features, pooling, hotness, self.mixed_dims)
         if self.first_order:  # the first-order weights of a bag add up, as a logistic regression's do
             self.linear_embeddings = EmbeddingCollection(linear, n_features, "sum", hotness)
 

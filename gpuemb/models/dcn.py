@@ -57,13 +57,14 @@ class DCNv2(RecModel):
     """
 
     defaults = {"n_cross": 3, "rank": None, "structure": "stacked", "deep": (256, 128), "dropout": 0.0}
+    mixed_dims = True  # the rows go side by side into an MLP: each table may have its own dim
 
     def __init__(self, n_dense, tables, seed=0, **hyper):
         super().__init__(n_dense, tables, seed, **hyper)
         n_cross, rank, structure = self.integer("n_cross", 1), self.integer("rank", 1, True), self.hyper["structure"]
         if structure not in STRUCTURES:
             self.fail("structure", structure, f"use one of {', '.join(STRUCTURES)}")
-        d = self.embeddings.n_features * self.embeddings.dim + self.n_dense
+        d = self.embeddings.width + self.n_dense
         deep, dropout = self.sizes("deep"), self.probability("dropout")
         self.structure = structure
         self.cross = [CrossLayer(d, rank, self.next_seed()) for _ in range(n_cross)]

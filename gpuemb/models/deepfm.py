@@ -20,6 +20,7 @@ class DeepFM(RecModel):
     """
 
     defaults = {"deep": (256, 128), "dropout": 0.0}
+    interaction_name = "FM (pairwise dot products)"
     first_order = True
 
     def __init__(self, n_dense, tables, seed=0, **hyper):

@@ -23,6 +23,7 @@ class DLRM(RecModel):
     """
 
     defaults = {"bottom": (64,), "top": (256, 128), "dropout": 0.0, "self_interaction": False}
+    interaction_name = "dot interaction"
 
     def __init__(self, n_dense, tables, seed=0, **hyper):
         super().__init__(n_dense, tables, seed, **hyper)

@@ -23,13 +23,14 @@ class MMoE(RecModel):
     """
 
     defaults = {"n_tasks": 2, "n_experts": 4, "expert": (64, 32), "tower": (16,), "dropout": 0.0}
+    mixed_dims = True  # the rows go side by side into an MLP: each table may have its own dim
 
     def __init__(self, n_dense, tables, seed=0, **hyper):
         super().__init__(n_dense, tables, seed, **hyper)
         self.n_tasks, n_experts = self.integer("n_tasks", 1), self.integer("n_experts", 1)
         expert, tower = self.sizes("expert", allow_empty=False), self.sizes("tower")
         dropout = self.probability("dropout")
-        width = self.embeddings.n_features * self.embeddings.dim + self.n_dense
+        width = self.embeddings.width + self.n_dense
         self.experts = [MLP([width, *expert], dropout, "relu", self.next_seed()) for _ in range(n_experts)]
         self.gates = [Linear(width, n_experts, self.next_seed()) for _ in range(self.n_tasks)]
         self.towers = [MLP([expert[-1], *tower, 1], dropout, seed=self.next_seed()) for _ in range(self.n_tasks)]

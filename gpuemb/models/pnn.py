@@ -22,6 +22,7 @@ class PNN(RecModel):
     """
 
     defaults = {"deep": (256, 128), "dropout": 0.0}
+    interaction_name = "inner products"
 
     def __init__(self, n_dense, tables, seed=0, **hyper):
         super().__init__(n_dense, tables, seed, **hyper)

@@ -19,11 +19,12 @@ class WideDeep(RecModel):
     """
 
     defaults = {"deep": (256, 128), "dropout": 0.0}
+    mixed_dims = True  # the rows go side by side into an MLP: each table may have its own dim
     first_order = True
 
     def __init__(self, n_dense, tables, seed=0, **hyper):
         super().__init__(n_dense, tables, seed, **hyper)
-        width = self.embeddings.n_features * self.embeddings.dim + self.n_dense
+        width = self.embeddings.width + self.n_dense
         self.wide = FirstOrder(self.n_dense)
         self.deep = MLP([width, *self.sizes("deep"), 1], self.probability("dropout"), seed=self.next_seed())
 

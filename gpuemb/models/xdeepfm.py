@@ -22,6 +22,7 @@ class XDeepFM(DeepFM):
     """
 
     defaults = {"cin": (32, 32), **DeepFM.defaults}
+    interaction_name = "CIN (and FM)"
 
     def __init__(self, n_dense, tables, seed=0, **hyper):
         super().__init__(n_dense, tables, seed, **hyper)

@@ -49,6 +49,9 @@ def write_bundle(model, out, rows="fp32"):
     kind = {cls: name for name, cls in MODELS.items()}.get(type(model))
     if kind is None:
         raise ValueError(f"export: {type(model).__name__} is not one of gpuemb.models.MODELS")
+    if model.embeddings.dim is None:  # the graph's input is [B, F, D]
+        raise ValueError(f"export: the model's tables have several dims {sorted(set(model.embeddings.dims))}, "
+                         "which bundles do not hold yet; export a model whose tables share one dim")
     if model.embeddings.hotness is not None:  # the Predictor takes one key per feature
         raise ValueError(f"export: the model pools multi-hot features (hotness {model.embeddings.hotness}), which "
                          "bundles do not hold yet; export a single-hot model")

@@ -31,18 +31,19 @@ def feature_keys(keys, feature):
         return xp.ascontiguousarray(splitmix64_finalizer(z)).view(np.int64)
 
 
-def stackable(configs, n_features, owner):
+def stackable(configs, n_features, owner, mixed=False):
     """``(configs as a list, their dim)``, checked to make one ``[B, F, D]``: one config with ``n_features``
-    (a shared table) or one per feature, all of one dim; ``owner`` names the caller in errors."""
+    (a shared table) or one per feature, all of one dim; ``owner`` names the caller in errors. ``mixed``: tables
+    of several dims are allowed, and the dim is None (their rows go side by side, ``[B, sum of dims]``)."""
     configs = list(configs) if isinstance(configs, (list, tuple)) else [configs]
     if n_features is not None and len(configs) != 1:
         raise ValueError(f"{owner}: a shared table takes one config, got {len(configs)}; pass one "
                          "TableConfig with n_features, or a list of configs without it")
     dims = {c.dim for c in configs}
-    if len(dims) != 1:
+    if len(dims) != 1 and not mixed:
         raise ValueError(f"{owner}: tables of dims {sorted(dims)} cannot stack into [B, F, D]; give every table "
                          "the same dim")
-    return configs, dims.pop()
+    return configs, dims.pop() if len(dims) == 1 else None
 
 
 def mixed_keys(sparse, n_features, shared, owner, note=""):
@@ -80,7 +81,8 @@ def fixed_hotness(hotness, n_features, owner):
 class EmbeddingCollection(Module):
     """F features over ``configs``: one ``TableConfig`` per feature, or one config and ``n_features`` to share it.
 
-    ``forward(sparse)``, ``[B, F, D]`` out, each feature's keys pooled by ``mode`` ("sum", "mean" or "max") where
+    ``forward(sparse)``, ``[B, F, D]`` out (with ``mixed_dims`` and tables of several dims, each sample's rows side
+    by side, ``[B, sum of dims]``: ``width``), each feature's keys pooled by ``mode`` ("sum", "mean" or "max") where
     it has several:
     - ``sparse [B, F]`` int64, one key per feature (the fast path: a gather, no pooling);
     - with ``hotness`` (F ints: a fixed number of keys per feature, as MLPerf's multi-hot Criteo has),
@@ -91,13 +93,15 @@ class EmbeddingCollection(Module):
       weights are data: no gradient reaches them).
     """
 
-    def __init__(self, configs, n_features=None, mode="sum", hotness=None):
+    def __init__(self, configs, n_features=None, mode="sum", hotness=None, mixed_dims=False):
         if mode not in MODES:
             raise ValueError(f"EmbeddingCollection: mode={mode!r}; use one of {', '.join(MODES)}")
-        configs, self.dim = stackable(configs, n_features, "EmbeddingCollection")
+        configs, self.dim = stackable(configs, n_features, "EmbeddingCollection", mixed_dims)
         self.shared = n_features is not None
         self.tables = [EmbeddingTable(c) for c in configs]
         self.n_features = n_features if self.shared else len(configs)
+        self.dims = tuple(c.dim for c in configs) * (self.n_features if self.shared else 1)  # per feature
+        self.width = sum(self.dims)  # of one sample's embeddings side by side
         self.mode = mode
         self.hotness = fixed_hotness(hotness, self.n_features, "EmbeddingCollection")
 
@@ -140,7 +144,7 @@ class EmbeddingCollection(Module):
         B = np.shape(sparse)[0]
         rows = [t.lookup(k, o, None if o is None else self.mode, self.training) for t, k, o in self._lookups(sparse)]
         if not self.shared:
-            return concat([r.reshape(B, 1, self.dim) for r in rows], axis=1)
+            return self._side_by_side(rows, B)
         if self.hotness is None:
             return rows[0].reshape(B, self.n_features, self.dim)
         return rows[0].reshape(self.n_features, B, self.dim).transpose(1, 0, 2)
@@ -156,8 +160,14 @@ class EmbeddingCollection(Module):
             weights = np.concatenate([np.ones(k.size) if w is None else w for k, _, w in bags]) if weighted else None
             y = self.tables[0].lookup(keys, offsets, self.mode, self.training, weights)
             return y.reshape(self.n_features, B, self.dim).transpose(1, 0, 2)
-        return concat([t.lookup(k, o, self.mode, self.training, w).reshape(B, 1, self.dim)
-                       for t, (k, o, w) in zip(self.tables, bags)], axis=1)
+        return self._side_by_side([t.lookup(k, o, self.mode, self.training, w)
+                                   for t, (k, o, w) in zip(self.tables, bags)], B)
+
+    def _side_by_side(self, rows, B):
+        """Each feature's ``[B, d]`` rows as ``[B, F, D]``, or as ``[B, sum of dims]`` where the dims differ."""
+        if self.dim is None:
+            return concat([r.reshape(B, d) for r, d in zip(rows, self.dims)], axis=1)
+        return concat([r.reshape(B, 1, self.dim) for r in rows], axis=1)
 
 
 def _host_bag(feature, bag):
