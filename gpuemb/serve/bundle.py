@@ -1,11 +1,17 @@
 """Writing an inference bundle from a trained model: ``model.onnx`` (the dense part), ``tables.h5`` (the
 weights of every key the tables hold, as fp32, fp16 or int8 rows) and ``manifest.json``.
 
+The bundle is written into a temporary folder beside ``out`` and renamed into place only when whole, so an export
+killed or out of disk midway leaves the previous bundle at ``out`` as it was (a server may be reading it), and two
+exports to one folder each leave a whole bundle. A folder that holds files but no bundle is refused, not replaced.
+
 This side reads the training model, so it loads the training stack; the runtime that reads a bundle
 (``Predictor``) does not.
 """
 import dataclasses
 import os
+import shutil
+import uuid
 
 import h5py
 import numpy as np
@@ -15,7 +21,9 @@ import gpuemb
 from gpuemb.autograd.plain import plain
 from gpuemb.models import MODELS
 
-from .manifest import ONNX_FILE, TABLES_FILE, write_manifest
+from gpuemb.store.snapshot import fsync
+
+from .manifest import MANIFEST, ONNX_FILE, TABLES_FILE, write_manifest
 from .onnx_graph import OPSET
 from .onnx_models import export_onnx
 from .rows import check_format, encode
@@ -55,7 +63,35 @@ def write_bundle(model, out, rows="fp32"):
     if model.embeddings.hotness is not None:  # the Predictor takes one key per feature
         raise ValueError(f"export: the model pools multi-hot features (hotness {model.embeddings.hotness}), which "
                          "bundles do not hold yet; export a single-hot model")
-    os.makedirs(out, exist_ok=True)
+    out = os.path.abspath(out)
+    if os.path.exists(out) and not (os.path.isdir(out) and (not os.listdir(out) or
+                                                           os.path.isfile(os.path.join(out, MANIFEST)))):
+        raise ValueError(f"export: {out} is not an empty folder or a bundle to replace; give a new folder, so "
+                         "that nothing there is overwritten")
+    tmp = f"{out}.tmp-{uuid.uuid4().hex[:8]}"
+    os.makedirs(tmp)
+    try:
+        body = _write(model, kind, tmp, rows)
+        fsync(tmp)
+        _replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return body
+
+
+def _replace(tmp, out):
+    """Rename the whole bundle ``tmp`` to ``out``, the bundle there before going only once the new one is in."""
+    old = f"{out}.old-{uuid.uuid4().hex[:8]}" if os.path.exists(out) else None
+    if old:
+        os.rename(out, old)
+    os.rename(tmp, out)
+    fsync(os.path.dirname(out))
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _write(model, kind, out, rows):
     onnx.save(export_onnx(model), os.path.join(out, ONNX_FILE))
     collections = {"embeddings": _collection(model, "embeddings", "embeddings")}
     if model.first_order:

@@ -108,3 +108,36 @@ def test_a_multi_hot_model_is_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"multi-hot features \(hotness \(1, 3\)\)"):
         write_bundle(model, tmp_path / "b")
     assert not (tmp_path / "b").exists()
+
+
+def test_an_export_replaces_a_bundle_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A second export over a bundle replaces it; one that fails midway (here, its rows) leaves the bundle there
+    byte for byte and no temporary folder; a folder of other files is refused and left alone."""
+    from gpuemb.models import build
+    from gpuemb.serve import bundle
+    from gpuemb.store import TableConfig
+
+    rng = np.random.default_rng(4)
+    model = build("dlrm", 2, [TableConfig(f"t{i}", 4) for i in range(2)], bottom=(4,), top=(4,)).eval()
+    model(rng.standard_normal((5, 2)).astype(np.float32), rng.integers(0, 100, (5, 2)))  # eval reads, no rows
+    out = tmp_path / "b"
+    bundle.write_bundle(model, out, "fp32")
+    bundle.write_bundle(model, out, "int8")  # replaced whole
+    with Predictor(out) as p:
+        assert p.manifest["rows"] == "int8"
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(bundle, "encode", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        bundle.write_bundle(model, out, "fp16")
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]  # no temporary folder left
+
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not an empty folder or a bundle to replace"):
+        bundle.write_bundle(model, other)
+    assert (other / "keep.txt").read_text() == "mine"
