@@ -30,9 +30,16 @@ def save_delta(tables, path, since):
     return until
 
 
+def _marker(markers, name):
+    """A table's marker in a delta's meta: one for every table, or ``{name: marker}``."""
+    return markers.get(name) if isinstance(markers, Mapping) else markers
+
+
 def apply_delta(tables, path):
     """Apply the delta file ``path`` to live ``tables`` (restored from the base, then from the deltas before it):
-    drop its deleted keys and set its rows. Every chunk is checked before any table changes."""
+    drop its deleted keys and set its rows, then move each table's marker to the delta's end. Every chunk is
+    checked, and each table's marker against the delta's start, before any table changes: a delta skipped, given
+    twice or out of order would leave a table that no live one ever was."""
     tables, path = named_tables(tables), os.fspath(path)
     snap = read_snapshot(path)
     if snap.kind != "delta":
@@ -42,6 +49,11 @@ def apply_delta(tables, path):
         if name not in snap.tables:
             raise SnapshotError(f"{path}: holds no table {name!r}, only {sorted(snap.tables)}; pass the delta "
                                 "this table's changes were saved to")
+        since = _marker(snap.meta.get("since"), name)
+        if since is not None and since != t.marker():
+            raise SnapshotError(f"{path}: table {name!r} holds the changes after marker {since}, but the table is "
+                                f"at marker {t.marker()}; apply the deltas in the order they were saved, from the "
+                                "base snapshot taken at the first one's marker")
         part = parts[name] = snap.tables[name]
         check_config(part, name, t.config.to_dict())
         for _ in part.chunks():  # checks every chunk's checksums, keeping nothing
@@ -54,3 +66,6 @@ def apply_delta(tables, path):
         for keys, rows, steps in parts[name].chunks():
             if keys.size:
                 t.import_rows(keys, rows, steps)
+        until = _marker(snap.meta.get("until"), name)
+        if until is not None:
+            t.home.clock = until

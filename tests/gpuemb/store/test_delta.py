@@ -56,8 +56,12 @@ def test_a_base_and_its_deltas_give_the_live_table(placement, tmp_path, rng):
     assert np.isin(dirty, live.dirty_keys()).all()  # the deltas left the incremental's keys alone
     copy = EmbeddingTable(config(placement, tmp_path))
     load_snapshot(copy, [tmp_path / "base.h5"])
+    with pytest.raises(SnapshotError, match="apply the deltas in the order they were saved"):
+        apply_delta(copy, deltas[1])  # the first one skipped
     for path in deltas:
         apply_delta(copy, path)
+    with pytest.raises(SnapshotError, match="is at marker"):
+        apply_delta(copy, deltas[-1])  # the last one again
     want, got = state(live), state(copy)
     assert want[0].size > 100
     for a, b in zip(want, got):
