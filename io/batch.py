@@ -1,17 +1,22 @@
-"""A batch of rows: the three arrays every reader, shard, generator and loader hands around."""
+"""A batch of rows: the three arrays every reader, shard, generator and loader hands around, and the bags of its
+jagged features where it has any (:mod:`gpuemb.io.bags`)."""
 from dataclasses import dataclass
 
 import numpy as np
 
 from gpuemb.autograd import backend
 
+from .bags import Bags
+
 
 @dataclass(frozen=True, eq=False)
 class Batch:
-    """label float32 ``[N]`` (or ``[N, T]`` for T tasks), dense float32 ``[N, n_dense]``, sparse int64 ``[N, S]``."""
+    """label float32 ``[N]`` (or ``[N, T]`` for T tasks), dense float32 ``[N, n_dense]``, sparse int64 ``[N, S]``
+    (the features of fixed hotness), and ``bags``: the jagged features' :class:`Bags`, or None where there are none."""
     label: np.ndarray
     dense: np.ndarray
     sparse: np.ndarray
+    bags: Bags = None
 
     @property
     def rows(self):
@@ -22,16 +27,17 @@ class Batch:
 
     def slice(self, a, b):
         """Rows ``a:b`` as views."""
-        return Batch(self.label[a:b], self.dense[a:b], self.sparse[a:b])
+        return Batch(self.label[a:b], self.dense[a:b], self.sparse[a:b], self.bags and self.bags.slice(a, b))
 
     def take(self, rows):
         """The rows at the indices ``rows``, copied."""
-        return Batch(self.label[rows], self.dense[rows], self.sparse[rows])
+        return Batch(self.label[rows], self.dense[rows], self.sparse[rows], self.bags and self.bags.take(rows))
 
     @staticmethod
     def concat(batches):
         """One batch holding the rows of ``batches`` in order."""
-        return Batch(*(np.concatenate(parts) for parts in zip(*(b.arrays() for b in batches))))
+        bags = Bags.concat([b.bags for b in batches]) if batches[0].bags is not None else None
+        return Batch(*(np.concatenate(parts) for parts in zip(*(b.arrays() for b in batches))), bags)
 
 
 class Staging:
