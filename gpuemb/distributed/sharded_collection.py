@@ -44,6 +44,9 @@ class ShardedEmbeddingCollection(Module):
         # each rank's loss is the mean over its part, so the requester divides gradients by W; off where the loss is
         # already the global batch's (--deterministic), which keeps a sample's gradient the same bits on any W
         self.rank_mean = True
+        # on where a step must be the same bits on any W (--deterministic): a row-wise owner's partial sum of a bag
+        # rounds by which of its keys the owner holds, so pooling such bags by sum or mean is refused then
+        self.same_bits = False
         self.plan = plan if plan is not None else plan_for(configs, comm.world_size, n_features)
         check_against_plan(configs, self.plan, comm.world_size)
         self.configs = configs
@@ -82,10 +85,18 @@ class ShardedEmbeddingCollection(Module):
                               " (or give it hotness, JaggedFeatures or (keys, offsets) bags to pool)")
             op = ShardedLookup(self, keys, self.training)
         else:
+            if self.same_bits and self.partial_sums():
+                raise ValueError(f"ShardedEmbeddingCollection: table {self.partial_sums()[0]!r} is row-wise and "
+                                 f"pools bags by {self.mode}, whose partial sums round by the world size; for the "
+                                 "same bits on any world size shard it table- or column-wise, or pool by max")
             bags = local_bags(sparse, self.n_features, self.shared, self.hotness, self.mode)
             op = ShardedPooledLookup(self, bags, self.training)
         record = self.training and is_grad_enabled()
         return op.apply(Tensor(backend.xp.zeros(0, np.float32), requires_grad=record))
+
+    def partial_sums(self):
+        """The names of the tables whose bags pool as partial sums over the ranks: row-wise, by sum or mean."""
+        return [] if self.mode == "max" else [self.configs[st.table].name for st in self.streams if st.kind == "row"]
 
     def comm_bytes(self, reset=True):
         """``{tag: bytes}`` this rank sent for the embeddings since the last reset: the key exchange

@@ -18,7 +18,7 @@ from gpuemb.kernels.embedding_bag import embedding_bag_max_ref, embedding_bag_re
 from gpuemb.sharding import Placement, Plan, RankBudget, Shard, TableSpec
 from gpuemb.store.collection import EmbeddingCollection, feature_keys
 from gpuemb.store.options import Initializer, TableConfig
-from gpuemb.train import TrainConfig
+from gpuemb.train import ConfigError, TrainConfig
 from gpuemb.train.cluster import Cluster
 from gpuemb.train.slices import Slices
 
@@ -188,6 +188,29 @@ def test_fixed_hotness_pools_a_matrix_of_keys_as_one_process_does(rng):
     np.testing.assert_allclose(one(sparse).data, ref(sparse).data, rtol=1e-6, atol=1e-7)
     with pytest.raises(ValueError, match="hotness=\\(2, 1\\); give one int >= 1 per feature \\(4 features\\)"):
         ShardedEmbeddingCollection(CONFIGS, comm.LocalCommunicator(), bags_plan(1), hotness=(2, 1))
+
+
+def test_same_bits_on_any_world_size_refuse_partial_sums_of_bags(rng):
+    """A row-wise owner's partial sum rounds by which keys it holds: --deterministic refuses it, max it keeps."""
+    def sharded(mode, hotness=None):
+        return ShardedEmbeddingCollection(CONFIGS, comm.LocalCommunicator(), bags_plan(1), mode=mode, hotness=hotness)
+    jagged = random_jagged(rng, 4, 3)
+    for mode in ("sum", "mean", "max"):
+        c = sharded(mode)
+        c.same_bits = True
+        if mode == "max":
+            assert c.partial_sums() == [] and c(jagged).shape == (3, 4, D)
+            continue
+        assert c.partial_sums() == ["b"]
+        c(JaggedFeatures.from_dense(list("abcd"), rng.integers(0, 9, (3, 4))))  # single keys: nothing to pool
+        with pytest.raises(ValueError, match="^ShardedEmbeddingCollection: table 'b' is row-wise and pools bags by "
+                                             f"{mode}, whose partial sums round by the world size; [^\n]*$"):
+            c(jagged)
+    deterministic = Cluster(SimpleNamespace(rank=0, world_size=1, name="fake"), TrainConfig.from_dict(
+        {"deterministic": 4}))
+    with pytest.raises(ConfigError, match="--deterministic: table b is split by rows and pools its multi-hot "
+                                          "features by sum, .* use --sharding table or column"):
+        deterministic._deterministic(None, [sharded("sum", (2, 1, 1, 1))], 8)
 
 
 def test_jagged_features_take_rows_feature_major(rng):
