@@ -19,6 +19,7 @@ import numpy as np
 
 from gpuemb.autograd.backend import get_array_module, to_host
 
+from .bags import _ranges
 from .errors import DataError
 
 
@@ -118,6 +119,22 @@ class JaggedFeatures:
         bounds = self.offsets[f * B:(f + 1) * B + 1]
         a, b = (int(x) for x in to_host(bounds[[0, -1]]))  # one read of the two ends
         return self.values[a:b], bounds - a, None if self.weights is None else self.weights[a:b]
+
+    def take(self, rows):
+        """The samples ``rows`` (a slice, indices or a mask over the batch, as NumPy takes them), in that order, as
+        jagged features of their own: each feature's bags of those samples, feature-major as ever, copied. A
+        loader's or a rank's part of a batch, and ``jagged[rows]`` too."""
+        B, F = self.batch_size, self.n_features
+        rows = np.atleast_1d(np.arange(B)[to_host(rows) if not isinstance(rows, slice) else rows])
+        bags = (np.arange(F)[:, None] * B + rows[None, :]).ravel()
+        offsets = to_host(self.offsets)  # one read: the gather is planned on the host and done where the values are
+        sizes = offsets[bags + 1] - offsets[bags]
+        xp = get_array_module(self.values)
+        at = xp.asarray(_ranges(offsets[bags], sizes))
+        return JaggedFeatures(self.names, self.values[at], xp.asarray(np.concatenate([[0], np.cumsum(sizes)])),
+                              None if self.weights is None else self.weights[at], rows.size)
+
+    __getitem__ = take
 
     def arrays(self):
         """The fields that are arrays, by name: each a DLPack producer for another stack."""

@@ -36,38 +36,63 @@ class ShardedLookup(Function):
 
     def __init__(self, collection, keys, training):
         self.c, self.keys, self.training = collection, keys, training
+        self.B, self.F = keys.shape
 
     def forward(self, anchor):
-        c, keys = self.c, self.keys
-        comm, W = c.comm, c.comm.world_size
-        B, F = keys.shape
-        out = get_array_module(anchor).zeros((B * F, c.dim), np.float32)
+        c, comm = self.c, self.c.comm
+        B, F = self.B, self.F
+        xp = get_array_module(anchor)
+        out = xp.zeros((B * F, c.dim), np.float32)
         self.owned = {}
         if c.streams:
-            self.route = r = Route(keys, c.table_of, c.streams, c.groups, W, c.owner)
-            counts, _ = comm.alltoallv(r.stream_counts, np.ones(W, np.int64), tag="a2a_keys")
-            received, _ = comm.alltoallv(r.keys, r.send_counts, tag="a2a_keys")
-            self.arrivals = a = Arrivals(counts, c.groups)
-            for s in c.local_streams:
-                k = received[a.index[s]]
-                if k.size:
-                    self.owned[s] = c.shard_of(s).table.lookup(k, insert=self.training)
+            self._look_up()
+            r, a = self.route, self.arrivals
             for g, (width, ids) in enumerate(c.groups):
-                reply = get_array_module(anchor).empty((a.group_sizes[g], width), np.float32)
+                reply = self._reply_buffer(xp, (a.group_sizes[g], width))
                 for s in ids:
                     if s in self.owned:
                         reply[to_device(a.reply_pos[s])] = self.owned[s].data
                 rows, _ = c.codecs.alltoallv_forward(comm, reply, a.group_counts[g])
                 entries = r.group_index[g]
                 for s in ids:
-                    start = c.streams[s].cols[0]
-                    mine = r.stream[entries] == s
-                    out[to_device(r.pos[entries[mine]]), start:start + width] = rows[to_device(np.flatnonzero(mine))]
-        for name, (shard, feats) in c.replicas.items():
-            pos = self._positions(B, F, feats)
-            with_no_insert = shard.table.lookup(keys.reshape(-1)[pos], insert=False)
-            out[to_device(pos)] = with_no_insert.data
+                    mine = np.flatnonzero(r.stream[entries] == s)
+                    self._place(out, s, entries[mine], rows[to_device(mine)])
+        if c.replicas:
+            self._read_replicas(out)
         return out.reshape(B, F, c.dim)
+
+    def _look_up(self):
+        """Route this rank's keys to their owners and look up, at each shard held here, the keys it received."""
+        c, comm, W = self.c, self.c.comm, self.c.comm.world_size
+        self.route = r = Route(self.keys, c.table_of, c.streams, c.groups, W, c.owner)
+        counts, _ = comm.alltoallv(r.stream_counts, np.ones(W, np.int64), tag="a2a_keys")
+        received, _ = comm.alltoallv(r.keys, r.send_counts, tag="a2a_keys")
+        self.arrivals = a = Arrivals(counts, c.groups)
+        for s in c.local_streams:
+            k = received[a.index[s]]
+            if k.size:
+                self.owned[s] = c.shard_of(s).table.lookup(k, insert=self.training)
+
+    @staticmethod
+    def _reply_buffer(xp, shape):
+        return xp.empty(shape, np.float32)  # every row of it is a looked-up row
+
+    def _place(self, out, s, entries, rows):
+        """Write the ``rows`` that came back for ``entries`` (of stream ``s``, in send order) into ``out``."""
+        start, stop = self.c.streams[s].cols
+        out[to_device(self.route.pos[entries]), start:stop] = rows
+
+    def _grad_rows(self, gy, s, entries):
+        """The gradient rows to send for ``entries`` of stream ``s``: ``gy``'s at their places and columns."""
+        start, stop = self.c.streams[s].cols
+        return gy[to_device(self.route.pos[entries]), start:stop]
+
+    def _read_replicas(self, out):
+        """Fill the data-parallel tables' places from the local replicas, without inserting."""
+        for name, (shard, feats) in self.c.replicas.items():
+            pos = self._positions(self.B, self.F, feats)
+            with_no_insert = shard.table.lookup(self.keys.reshape(-1)[pos], insert=False)
+            out[to_device(pos)] = with_no_insert.data
 
     @staticmethod
     def _positions(B, F, feats):
@@ -76,8 +101,7 @@ class ShardedLookup(Function):
     def backward(self, gy):
         c = self.c
         comm, W = c.comm, c.comm.world_size
-        B, F = self.keys.shape
-        gy = gy.reshape(B * F, c.dim)
+        gy = gy.reshape(self.B * self.F, c.dim)
         if c.rank_mean:
             gy = gy / np.float32(W)
         if c.streams:
@@ -86,9 +110,8 @@ class ShardedLookup(Function):
                 entries = r.group_index[g]
                 send = get_array_module(gy).empty((entries.size, width), np.float32)
                 for s in ids:
-                    start = c.streams[s].cols[0]
                     mine = np.flatnonzero(r.stream[entries] == s)
-                    send[to_device(mine)] = gy[to_device(r.pos[entries[mine]]), start:start + width]
+                    send[to_device(mine)] = self._grad_rows(gy, s, entries[mine])
                 grads, _ = c.codecs.alltoallv_backward(comm, send, r.group_counts[g])
                 for s in ids:
                     if s in self.owned:
@@ -97,7 +120,7 @@ class ShardedLookup(Function):
             if c.coupled:
                 self._finish_columns()
         if c.replicas:
-            self._replica_updates(gy, B, F)
+            self._replica_updates(gy)
         return None
 
     def _finish_columns(self):
@@ -123,12 +146,12 @@ class ShardedLookup(Function):
         for name, total in totals.items():
             c.shards[name].table.finish(total)
 
-    def _replica_updates(self, gy, B, F):
+    def _replica_updates(self, gy):
         """Every rank applies the same summed update to each data-parallel table: all ranks' keys and gradient
         rows, gathered in rank order, through one lookup and its backward."""
         c, comm = self.c, self.c.comm
         names = list(c.replicas)
-        pos = [self._positions(B, F, feats) for _, feats in c.replicas.values()]
+        pos = [self._positions(self.B, self.F, feats) for _, feats in c.replicas.values()]
         sizes = comm.allgather(np.array([[p.size for p in pos]], np.int64), tag="dp_allgather")
         keys = comm.allgather(np.concatenate([self.keys.reshape(-1)[p] for p in pos]), tag="dp_allgather")
         grads = comm.allgather(gy[to_device(np.concatenate(pos))], tag="dp_allgather")

@@ -67,7 +67,7 @@ class Route:
 
     def __init__(self, keys, table_of, streams, groups, world_size, owner):
         B, F = keys.shape
-        S, W = len(streams), world_size
+        W = world_size
         pos, sid, dest = [], [], []
         for i, st in enumerate(streams):
             feats = np.flatnonzero(np.asarray(table_of) == st.table)
@@ -75,18 +75,23 @@ class Route:
             pos.append(p)
             sid.append(np.full(p.size, i, np.int64))
             dest.append(owner(st.table, keys.reshape(-1)[p]) if st.kind == "row" else np.full(p.size, st.rank))
-        pos = np.concatenate(pos) if S else np.zeros(0, np.int64)
-        sid = np.concatenate(sid) if S else np.zeros(0, np.int64)
-        dest = np.concatenate(dest).astype(np.int64) if S else np.zeros(0, np.int64)
+        self._sort(pos, sid, dest, groups, W)
+        self.keys = np.ascontiguousarray(keys.reshape(-1)[self.pos])
+
+    def _sort(self, pos, sid, dest, groups, W):
+        """Put the entries (lists of per-stream arrays ``pos``, ``sid``, ``dest``) in send order and count them;
+        returns the order (an index into the concatenated entries)."""
+        S = len(pos)
+        pos, sid, dest = (np.concatenate(a).astype(np.int64) if S else np.zeros(0, np.int64) for a in (pos, sid, dest))
         order = np.lexsort((sid, dest))  # by destination, then stream; stable, so batch order within
         self.pos, self.stream, self.dest = pos[order], sid[order], dest[order]
-        self.keys = np.ascontiguousarray(keys.reshape(-1)[self.pos])
         self.send_counts = np.bincount(self.dest, minlength=W).astype(np.int64)
         self.stream_counts = np.zeros((W, S), np.int64)
         np.add.at(self.stream_counts, (self.dest, self.stream), 1)
         group_of = group_ids(groups, S)
         self.group_index = [np.flatnonzero(group_of[self.stream] == g) for g in range(len(groups))]
         self.group_counts = [self.stream_counts[:, ids].sum(axis=1) for _, ids in groups]
+        return order
 
 
 def group_ids(groups, n_streams):

@@ -1,9 +1,11 @@
 """ShardedEmbeddingCollection: an ``EmbeddingCollection`` whose tables are sharded over the ranks of a
 communicator by a ``Plan`` (docs/distributed.md).
 
-A drop-in for ``EmbeddingCollection``: ``forward(sparse [B_local, F]) -> Tensor [B_local, F, D]`` on each rank's
-own part of the batch, train and eval modes (eval lookups do not insert), rows updated in the backward by their
-tables' own rules. Every rank must call it (and the backward) the same number of times, in the same mode: each
+A drop-in for ``EmbeddingCollection``: ``forward(sparse) -> Tensor [B_local, F, D]`` on each rank's own part of
+the batch, train and eval modes (eval lookups do not insert), rows updated in the backward by their tables' own
+rules. ``sparse`` is what ``EmbeddingCollection`` takes: ``[B, F]`` single keys (the plain exchange), or pooled
+features (``[B, sum(hotness)]`` under fixed ``hotness``, ``JaggedFeatures``, ``(keys, offsets[, weights])``
+bags), pooled by ``mode`` (``pooled_exchange.py``). Every rank must call it (and the backward) the same number of times, in the same mode: each
 call is a set of collectives.
 """
 import numpy as np
@@ -11,11 +13,15 @@ import numpy as np
 from gpuemb.autograd import Tensor, backend, is_grad_enabled
 from gpuemb.comm import CommCodecs
 from gpuemb.nn.module import Module
-from gpuemb.store.collection import mixed_keys, stackable
+from gpuemb.io.jagged import JaggedFeatures
+from gpuemb.kernels.embedding_bag import MODES
+from gpuemb.store.collection import fixed_hotness, mixed_keys, stackable
 
+from .bags import local_bags
 from .column import couples_columns
 from .exchange import ShardedLookup
 from .default_plan import plan_for
+from .pooled_exchange import ShardedPooledLookup
 from .routing import streams_of
 from .shards import check_against_plan, local_shards
 
@@ -25,19 +31,27 @@ TAGS = ("a2a_keys", "a2a_fwd", "a2a_bwd", "column_sums", "dp_allgather")
 class ShardedEmbeddingCollection(Module):
     """F features over ``configs`` (one ``TableConfig`` per feature, or one config and ``n_features`` to share it),
     sharded over ``comm``'s ranks by ``plan`` (default: ``plan_for(configs, world_size)``), with the all-to-alls
-    in ``codecs`` (default fp32 both ways)."""
+    in ``codecs`` (default fp32 both ways); ``mode`` and ``hotness`` pool several keys of a feature, as in
+    ``EmbeddingCollection``."""
 
-    def __init__(self, configs, comm, plan=None, codecs=None, n_features=None):
+    def __init__(self, configs, comm, plan=None, codecs=None, n_features=None, mode="sum", hotness=None):
+        if mode not in MODES:
+            raise ValueError(f"ShardedEmbeddingCollection: mode={mode!r}; use one of {', '.join(MODES)}")
         configs, self.dim = stackable(configs, n_features, "ShardedEmbeddingCollection")
+        self.mode = mode
         self.shared = n_features is not None
         self.comm, self.codecs = comm, codecs or CommCodecs()
         # each rank's loss is the mean over its part, so the requester divides gradients by W; off where the loss is
         # already the global batch's (--deterministic), which keeps a sample's gradient the same bits on any W
         self.rank_mean = True
+        # on where a step must be the same bits on any W (--deterministic): a row-wise owner's partial sum of a bag
+        # rounds by which of its keys the owner holds, so pooling such bags by sum or mean is refused then
+        self.same_bits = False
         self.plan = plan if plan is not None else plan_for(configs, comm.world_size, n_features)
         check_against_plan(configs, self.plan, comm.world_size)
         self.configs = configs
         self.n_features = n_features if self.shared else len(configs)
+        self.hotness = fixed_hotness(hotness, self.n_features, "ShardedEmbeddingCollection")
         self.table_of = np.zeros(self.n_features, np.int64) if self.shared else np.arange(self.n_features)
         names = [c.name for c in configs]
         self.shards = local_shards(configs, self.plan, comm.rank)
@@ -63,12 +77,26 @@ class ShardedEmbeddingCollection(Module):
         return self.plan.owner_of(self.configs[table].name, keys)
 
     def forward(self, sparse):
-        # routed to their owners on the host (distributed/routing.py): the keys come down once
-        keys = mixed_keys(backend.to_host(sparse), self.n_features, self.shared, "ShardedEmbeddingCollection",
-                          " (pooled multi-hot bags are not sharded yet: pass one key per feature)")
+        if isinstance(sparse, JaggedFeatures) and sparse.single_hot and self.hotness is None:
+            sparse = sparse.dense()
+        # routed to their owners on the host (distributed/routing.py, bag_routing.py): the keys come down once
+        if self.hotness is None and not isinstance(sparse, (JaggedFeatures, list, tuple)):
+            keys = mixed_keys(backend.to_host(sparse), self.n_features, self.shared, "ShardedEmbeddingCollection",
+                              " (or give it hotness, JaggedFeatures or (keys, offsets) bags to pool)")
+            op = ShardedLookup(self, keys, self.training)
+        else:
+            if self.same_bits and self.partial_sums():
+                raise ValueError(f"ShardedEmbeddingCollection: table {self.partial_sums()[0]!r} is row-wise and "
+                                 f"pools bags by {self.mode}, whose partial sums round by the world size; for the "
+                                 "same bits on any world size shard it table- or column-wise, or pool by max")
+            bags = local_bags(sparse, self.n_features, self.shared, self.hotness, self.mode)
+            op = ShardedPooledLookup(self, bags, self.training)
         record = self.training and is_grad_enabled()
-        anchor = Tensor(backend.xp.zeros(0, np.float32), requires_grad=record)
-        return ShardedLookup(self, keys, self.training).apply(anchor)
+        return op.apply(Tensor(backend.xp.zeros(0, np.float32), requires_grad=record))
+
+    def partial_sums(self):
+        """The names of the tables whose bags pool as partial sums over the ranks: row-wise, by sum or mean."""
+        return [] if self.mode == "max" else [self.configs[st.table].name for st in self.streams if st.kind == "row"]
 
     def comm_bytes(self, reset=True):
         """``{tag: bytes}`` this rank sent for the embeddings since the last reset: the key exchange

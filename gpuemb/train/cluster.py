@@ -113,7 +113,12 @@ class Cluster:
                 raise ConfigError(f"--deterministic: table {c.coupled[0][0]} is split by columns under "
                                   "rowwise_adagrad, whose shards add their squared-gradient sums in rank order; use "
                                   "--sharding table or row, or another --embedding-optimizer")
+            if c.hotness is not None and c.partial_sums():
+                raise ConfigError(f"--deterministic: table {c.partial_sums()[0]} is split by rows and pools its "
+                                  f"multi-hot features by {c.mode}, whose partial sums round by the number of ranks; "
+                                  "use --sharding table or column")
             c.rank_mean = False  # the slices' losses are already the global batch's
+            c.same_bits = True
         self._dense = SliceGradients(model.parameters(), self.comm)
         self.slices = Slices(self.deterministic, batch_size, self.comm, self._dense)
 

@@ -86,11 +86,16 @@ def test_slice_gradients_take_one_dtype(rng):
         SliceGradients(params(rng, [(2,)]) + params(rng, [(2,)], np.float64), LocalCommunicator())
 
 
-def test_distribute_refuses_multi_hot_collections_in_one_line():
+def test_distribute_keeps_a_multi_hot_collections_pooling(rng):
     from gpuemb.distributed import distribute
     from gpuemb.models import build
     from gpuemb.store import TableConfig
 
-    model = build("dcn", 2, [TableConfig(f"t{i}", 4) for i in range(2)], hotness=(2, 1), deep=(4,))
-    with pytest.raises(ValueError, match="DCNv2.embeddings pools multi-hot features.*train it on one process"):
-        distribute(model, LocalCommunicator())
+    def model():
+        return build("dcn", 2, [TableConfig(f"t{i}", 4) for i in range(2)], hotness=(2, 1), pooling="max", deep=(4,))
+
+    ref, dist = model(), model()
+    distribute(dist, LocalCommunicator())
+    assert (dist.embeddings.hotness, dist.embeddings.mode) == ((2, 1), "max")
+    dense, sparse = rng.random((5, 2)).astype(np.float32), rng.integers(0, 20, (5, 3))
+    np.testing.assert_allclose(dist(dense, sparse).data, ref(dense, sparse).data, rtol=1e-6, atol=1e-7)

@@ -1,28 +1,11 @@
 """The sharded collection under a real ``mpiexec`` on the CPU: a DLRM on W ranks, each on its part of a global
 batch, trains like one process on the whole batch (table-, row- and column-wise plans, each with a
 data-parallel table); int8 all-to-alls stay within the codec's bound; snapshots reshard between 1 and 2 ranks.
-The workers in workers/ check against the one-process reference they compute themselves."""
-import re
-from pathlib import Path
-
+The workers in workers/ check against the one-process reference they compute themselves (``mpiexec``:
+conftest.py)."""
 import pytest
 
-WORKERS = Path(__file__).parent / "workers"
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def mpiexec(mpi_run):
-    """``run(n, script, *args)``: ``workers/script`` on ``n`` ranks; asserts that it exits 0 with every rank saying
-    "rank R: ok"."""
-    def run(n, script, *args, timeout_s=120, **env):
-        done = mpi_run(n, WORKERS / script, *args, timeout_s=timeout_s, GPUEMB_COMM_TIMEOUT="60", **env)
-        output = done.stdout + done.stderr
-        assert done.returncode == 0, output
-        # mpiexec may splice the lines of different ranks together
-        assert sorted(map(int, re.findall(r"rank (\d+): ok", output))) == list(range(n)), output
-        return output
-    return run
 
 
 @pytest.mark.parametrize("kind", ["table", "row", "column"])

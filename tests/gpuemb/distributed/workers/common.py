@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from gpuemb import models, optim
+from gpuemb.distributed.layout import shard_rows
 from gpuemb.sharding import Placement, Plan, RankBudget, Shard, TableSpec
 from gpuemb.store.options import Initializer, TableConfig
 
@@ -54,3 +55,27 @@ def batch(seed, step, G, F=4):
     return (rng.standard_normal((G, N_DENSE)).astype(np.float32), rng.integers(0, KEYS, (G, F)),
             rng.integers(0, 2, G).astype(np.float32))
 
+
+
+def check_rows(tables, shards, the_plan, rank, tol):
+    """Every row (weights, optimizer state, step count) of every shard this rank holds (``{name: LocalShard}``)
+    equals, within ``tol``, the one-process table's (``tables``: ``{name: EmbeddingTable}``) keys it owns and
+    columns it holds."""
+    for name, shard in shards.items():
+        table = tables[name]
+        keys, rows, steps = map(np.concatenate, zip(*table.export()))
+        rows = table.format.unpack(rows)  # float16 tables: float32 working rows
+        if shard.kind == "row":
+            keep = the_plan.owner_of(name, keys) == rank
+            keys, rows, steps = keys[keep], rows[keep], steps[keep]
+        if shard.kind == "column":
+            dim = table.config.dim
+            layout = {p: [s.start, s.stop] for p, s in optim.row_layout(table.rule, dim).items()}
+            rows = shard_rows(rows, layout, dim, shard.cols, table.rule)
+        got_keys, got_rows, got_steps = map(np.concatenate, zip(*shard.table.export()))
+        got_rows = shard.table.format.unpack(got_rows)
+        order, got_order = np.argsort(keys), np.argsort(got_keys)
+        where = f"rank {rank}: table {name} ({shard.kind}, cols {shard.cols})"
+        np.testing.assert_array_equal(got_keys[got_order], keys[order], err_msg=where)
+        np.testing.assert_allclose(got_rows[got_order], rows[order], rtol=tol, atol=tol / 10, err_msg=where)
+        np.testing.assert_array_equal(got_steps[got_order], steps[order], err_msg=where)

@@ -9,11 +9,10 @@ import sys
 
 import numpy as np
 
-from common import D, batch, configs, dlrm, plan
+from common import batch, check_rows, configs, dlrm, plan
 from gpuemb import comm, optim
 from gpuemb.autograd import Tensor, bce_with_logits, no_grad
 from gpuemb.distributed import distribute
-from gpuemb.distributed.layout import shard_rows
 
 KIND, SEED, G, STEPS = sys.argv[1], int(sys.argv[2]), 24, 4
 TOL = 1e-5 if configs()[0].dtype == "float32" else 2e-3  # float16 rows: one rounding apart
@@ -44,7 +43,7 @@ def main():
     assert W == 1 or sent["a2a_fwd"] > 0 and sent["a2a_bwd"] > 0, sent
     for (name, p), (_, q) in zip(ref.named_parameters(), dist.named_parameters()):
         np.testing.assert_allclose(q.data, p.data, rtol=1e-5, atol=1e-6, err_msg=f"rank {r}: dense {name}")
-    check_rows(ref, dist, the_plan, r)
+    check_rows({t.config.name: t for t in ref.embeddings.tables}, dist.embeddings.shards, the_plan, r, TOL)
     ref.eval(), dist.eval()
     dense, sparse, _ = batch(SEED, 99, G)
     sparse[:, 0] += 1000  # keys no table has seen: they read as their initial weights and are not inserted
@@ -53,26 +52,6 @@ def main():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"rank {r}: eval logits")
     assert all(len(s.table) == len(dist.embeddings.shards[n].table) for n, s in dist.embeddings.shards.items())
     print(f"rank {r}: ok", flush=True)
-
-
-def check_rows(ref, dist, the_plan, rank):
-    for i, (name, shard) in enumerate(dist.embeddings.shards.items()):
-        table = ref.embeddings.tables[int(name[1:])]
-        keys, rows, steps = map(np.concatenate, zip(*table.export()))
-        rows = table.format.unpack(rows)  # float16 tables: float32 working rows
-        if shard.kind == "row":
-            keep = the_plan.owner_of(name, keys) == rank
-            keys, rows, steps = keys[keep], rows[keep], steps[keep]
-        if shard.kind == "column":
-            layout = {p: [s.start, s.stop] for p, s in optim.row_layout(table.rule, D).items()}
-            rows = shard_rows(rows, layout, D, shard.cols, table.rule)
-        got_keys, got_rows, got_steps = map(np.concatenate, zip(*shard.table.export()))
-        got_rows = shard.table.format.unpack(got_rows)
-        order, got_order = np.argsort(keys), np.argsort(got_keys)
-        where = f"rank {rank}: table {name} ({shard.kind}, cols {shard.cols})"
-        np.testing.assert_array_equal(got_keys[got_order], keys[order], err_msg=where)
-        np.testing.assert_allclose(got_rows[got_order], rows[order], rtol=TOL, atol=TOL / 10, err_msg=where)
-        np.testing.assert_array_equal(got_steps[got_order], steps[order], err_msg=where)
 
 
 main()

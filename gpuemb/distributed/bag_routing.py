@@ -1,0 +1,81 @@
+"""Where each bag goes and where each pooled row comes back: the bookkeeping of the all-to-all for pooled features.
+
+The entries of the exchange are bags, not keys. A bag of a table- or column-wise stream is one entry, to the
+stream's rank. A bag of a row-wise stream is W entries, one to every rank: its sub-bag of the keys that rank owns
+(possibly empty), so every owner returns one partial row per bag and the requester combines the W partials (the
+reduce-scatter's local half; ``pooled_exchange.py``). Entries are sorted as ``Route`` sorts keys: by destination,
+then stream, batch order within; for a row-wise stream that makes its entries, in send order, W blocks of the
+stream's bags in one order.
+
+What travels to each peer: one int64 block of its entries' lengths, then their keys (in entry order); and, where
+any rank has weights, the keys' weights (float32) in a second all-to-all.
+"""
+import numpy as np
+
+from gpuemb.io.bags import _ranges
+
+from .routing import Route
+
+
+class BagRoute(Route):
+    """The requester's side of a pooled step, from ``LocalBags``: as ``Route``, with entries that are (sub-)bags.
+    Also: ``lengths`` of each entry and ``keys`` (``weights``, or None) in send order, ``key_counts [W]``."""
+
+    def __init__(self, bags, table_of, streams, groups, world_size, owner):
+        W = world_size
+        pos, sid, dest, lengths, at = [], [], [], [], []
+        for i, st in enumerate(streams):
+            p, bag = bags.sample_major(np.flatnonzero(np.asarray(table_of) == st.table))
+            index, n = bags.keys_of(bag)
+            if st.kind == "row":  # W sub-bags a bag, owner-major; each sub-bag's keys in bag order
+                m = p.size
+                entry = np.repeat(np.arange(m), n) + m * np.asarray(owner(st.table, bags.values[index]), np.int64)
+                index, n = index[np.argsort(entry, kind="stable")], np.bincount(entry, minlength=W * m)
+                p, d = np.tile(p, W), np.repeat(np.arange(W), m)
+            else:
+                d = np.full(p.size, st.rank)
+            dest.append(d)
+            pos.append(p)
+            sid.append(np.full(p.size, i, np.int64))
+            lengths.append(n)
+            at.append(index)
+        order = self._sort(pos, sid, dest, groups, W)
+        n = np.concatenate(lengths).astype(np.int64) if streams else np.zeros(0, np.int64)
+        at = np.concatenate(at) if streams else np.zeros(0, np.int64)
+        self.lengths = n[order]
+        at = at[_ranges((np.cumsum(n) - n)[order], self.lengths)]
+        self.keys = np.ascontiguousarray(bags.values[at])
+        self.weights = None if bags.weights is None else bags.weights[at]
+        self.key_counts = np.bincount(self.dest, weights=self.lengths, minlength=W).astype(np.int64)
+
+
+def _heads(head_counts, counts):
+    """Whether each element of blocks of ``counts`` is among the first ``head_counts`` of its block."""
+    total = int(np.sum(counts))
+    starts = np.cumsum(counts) - counts
+    return np.arange(total) - np.repeat(starts, counts) < np.repeat(head_counts, counts)
+
+
+def pack(lengths, keys, entry_counts, key_counts):
+    """One int64 block a peer: its entries' lengths, then their keys."""
+    out = np.empty(lengths.size + keys.size, np.int64)
+    head = _heads(entry_counts, entry_counts + key_counts)
+    out[head], out[~head] = lengths, keys
+    return out
+
+
+class ArrivedBags:
+    """The owner's side: the blocks that ``pack`` made on every peer, received peer by peer (``recv_counts [W]``
+    elements, of which the first ``entry_counts [W]`` are lengths), and the keys' ``weights`` or None."""
+
+    def __init__(self, payload, recv_counts, entry_counts, weights=None):
+        head = _heads(entry_counts, recv_counts)
+        self.lengths, self.keys, self.weights = payload[head], payload[~head], weights
+        self.starts = np.cumsum(self.lengths) - self.lengths
+
+    def bags(self, entries):
+        """``(keys, offsets [n + 1], weights or None)`` of the received ``entries``, in that order."""
+        n = self.lengths[entries]
+        at = _ranges(self.starts[entries], n)
+        offsets = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
+        return self.keys[at], offsets, None if self.weights is None else self.weights[at]
