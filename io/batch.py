@@ -26,7 +26,9 @@ class Batch:
         return self.label, self.dense, self.sparse
 
     def slice(self, a, b):
-        """Rows ``a:b`` as views."""
+        """Rows ``a:b`` as views (the batch itself where that is all of it: a loader's batch of JaggedFeatures)."""
+        if a == 0 and b >= self.rows:
+            return self
         return Batch(self.label[a:b], self.dense[a:b], self.sparse[a:b], self.bags and self.bags.slice(a, b))
 
     def take(self, rows):
@@ -47,13 +49,24 @@ class Staging:
     ALIGN = 8  # each array starts on a multiple of its widest item (int64)
 
     def __init__(self, like, rows):
+        self._allocate([((rows,) + a.shape[1:], a.dtype) for a in like.arrays()])
+
+    @classmethod
+    def holding(cls, arrays):
+        """A staging buffer holding copies of the host ``arrays``, of any shapes (a jagged batch's)."""
+        staging = cls.__new__(cls)
+        staging._allocate([(a.shape, a.dtype) for a in arrays])
+        for dst, src in zip(staging.arrays, arrays):
+            dst[...] = src
+        return staging
+
+    def _allocate(self, shapes):
         self.layout, end = [], 0
-        for a in like.arrays():
-            shape = (rows,) + a.shape[1:]
-            nbytes = int(np.prod(shape)) * a.dtype.itemsize
-            self.layout.append((end, nbytes, a.dtype, shape))
+        for shape, dtype in shapes:
+            nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            self.layout.append((end, nbytes, np.dtype(dtype), shape))
             end += -(-nbytes // self.ALIGN) * self.ALIGN
-        self.buffer = backend.pinned_empty(end, np.uint8)
+        self.buffer = backend.pinned_empty(max(end, self.ALIGN), np.uint8)
         self.arrays = [self._view(self.buffer, *part) for part in self.layout]
 
     @staticmethod
@@ -61,6 +74,6 @@ class Staging:
         return buffer[start:start + nbytes].view(dtype).reshape(shape)
 
     def upload(self):
-        """The batch on the device (on the CPU, the staging arrays themselves), by one copy of the buffer."""
+        """The arrays on the device (on the CPU, the staging arrays themselves), by one copy of the buffer."""
         device = backend.to_device(self.buffer)
-        return Batch(*(self._view(device, *part) for part in self.layout))
+        return [self._view(device, *part) for part in self.layout]

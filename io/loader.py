@@ -24,7 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuemb.autograd import backend
+from gpuemb.io.bags import feature_major
 from gpuemb.io.batch import Batch, Staging
+from gpuemb.io.jagged import JaggedFeatures
 from gpuemb.io.prefetch import Prefetcher
 
 
@@ -39,6 +41,7 @@ class LoaderConfig:
     shuffle_window: int = 8  # blocks whose rows are mixed together
     rank: int = 0
     world_size: int = 1
+    max_bag: int = None  # the most keys a jagged feature's bag may hold; a longer one stops the run, named
 
     def validate(self):
         if self.batch_size < 1 or self.prefetch < 1 or self.shuffle_window < 1:
@@ -140,6 +143,8 @@ class Loader:
 
     def _stage(self, pieces, n):
         """Gather the pieces into one pinned buffer, copy it to the device in one transfer, and wait for the copy."""
+        if pieces[0][0].bags is not None:
+            return self._stage_jagged(pieces, n)
         staging = Staging(pieces[0][0], n)
         host = staging.arrays
         k = 0
@@ -147,9 +152,23 @@ class Loader:
             for dst, src in zip(host, rows.arrays()):
                 np.take(src, idx, axis=0, out=dst[k:k + idx.size])
             k += idx.size
+        return Batch(*self._upload(staging))
+
+    def _stage_jagged(self, pieces, n):
+        """A batch with jagged features: its rows gathered, its sparse features made the model's feature-major
+        ``JaggedFeatures`` (each bag checked against ``max_bag``), and copied to the device in one transfer."""
+        host = Batch.concat([rows.take(idx) for rows, idx in pieces])
+        layout = self.source.layout
+        values, lengths = feature_major(layout.hotness, host.sparse, host.bags)
+        bags = JaggedFeatures.from_lengths(layout.sparse_names, values, lengths, max_bag=self.config.max_bag)
+        label, dense, values, offsets = self._upload(Staging.holding([host.label, host.dense, bags.values,
+                                                                      bags.offsets]))
+        return Batch(label, dense, JaggedFeatures(bags.names, values, offsets, None, n))
+
+    def _upload(self, staging):
         # This runs in the prefetch thread, which starts on GPU 0 (the current device is per thread): the copy goes
         # to the rank's GPU, on its stream, which CuPy refuses to enter from another device.
         with self._device, self._stream:
-            batch = staging.upload()
+            arrays = staging.upload()
         self._stream.synchronize()
-        return batch
+        return arrays

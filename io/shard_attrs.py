@@ -81,8 +81,8 @@ def names(value):
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
-def counts(value):
-    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+def counts(value, low=1):
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= low for v in value)
 
 
 def record_crcs(attrs, table_crc):

@@ -13,9 +13,10 @@ sparse   int64   ``[N, S]``             ``(chunk_rows, S)``
 and ``checksums``, uint32 ``[n_chunks, 3]``: the CRC32 of chunk i's label, dense and sparse bytes (rows
 ``i * chunk_rows`` up to ``min((i + 1) * chunk_rows, N)``, in C order), as snapshots keep theirs.
 
-File attributes: ``format`` = "gpuemb-shard", ``version`` = 2, ``n_rows``, ``chunk_rows``, and JSON strings
-``label_names``, ``dense_names``, ``sparse_names``, ``sparse_hotness`` (ids per sparse feature: feature k owns
-``hotness[k]`` consecutive columns of ``sparse``, so ``S = sum(hotness)``), ``meta`` (the schema, sources,
+File attributes: ``format`` = "gpuemb-shard", ``version`` = 2 (3 where some feature is jagged), ``n_rows``,
+``chunk_rows``, and JSON strings ``label_names``, ``dense_names``, ``sparse_names``, ``sparse_hotness`` (ids per
+sparse feature: feature k owns ``hotness[k]`` consecutive columns of ``sparse``, so ``S = sum(hotness)``; 0 marks a
+jagged feature, whose bags of any length are in the datasets of :mod:`gpuemb.io.shard_bags`), ``meta`` (the schema, sources,
 split and options that made it) and ``attr_crcs`` (the CRC32 of each of those attributes and of the checksum
 table, see :mod:`gpuemb.io.shard_attrs`). Each role is its own dataset, so a reader takes only the columns it needs.
 
@@ -38,13 +39,16 @@ import h5py
 import numpy as np
 
 from gpuemb.io import shard_attrs as attrs
+from gpuemb.io import shard_bags
+from gpuemb.io.bags import JAGGED
 from gpuemb.io.batch import Batch
 from gpuemb.io.checksum import array_crcs, first_mismatch
 from gpuemb.io.errors import DataError, SchemaError, ShardError, UncheckedShardWarning
 from gpuemb.io.file_lock import Busy, DirLock
 from gpuemb.io.h5output import H5Output
 
-FORMAT, VERSION = "gpuemb-shard", 2
+FORMAT, VERSION = "gpuemb-shard", 3
+JAGGED_VERSION = 3  # the version that brought jagged features; a shard without them is still written as 2
 DATASETS = ("label", "dense", "sparse")
 _NAMES = ("label_names", "dense_names", "sparse_names")
 _READ_ERRORS = (OSError, KeyError, ValueError, TypeError, RuntimeError)
@@ -52,7 +56,8 @@ _READ_ERRORS = (OSError, KeyError, ValueError, TypeError, RuntimeError)
 
 @dataclass(frozen=True)
 class ShardLayout:
-    """The columns of a shard: names per role, and the hotness of each sparse feature (1 for one-hot)."""
+    """The columns of a shard: names per role, and the hotness of each sparse feature (1 for one-hot, 0 for a
+    jagged feature: bags of any length)."""
     label_names: tuple
     dense_names: tuple
     sparse_names: tuple
@@ -72,6 +77,16 @@ class ShardLayout:
         """Columns of (label, dense, sparse); a single label is stored as ``[N]`` (width 0)."""
         T = len(self.label_names)
         return (0 if T == 1 else T), len(self.dense_names), sum(self.hotness or (1,) * len(self.sparse_names))
+
+    @property
+    def jagged_names(self):
+        """The jagged features, in order: the columns of a batch's ``bags.lengths``."""
+        return tuple(n for n, h in zip(self.sparse_names, self.hotness) if h == JAGGED)
+
+    @property
+    def datasets(self):
+        """The datasets of a shard of this layout, in the order of the checksum table's columns."""
+        return DATASETS + (shard_bags.DATASETS if self.jagged_names else ())
 
 
 @dataclass(frozen=True)
@@ -110,16 +125,24 @@ class ShardWriter:
         c = options.chunk_rows
         self.buf = Batch(np.empty((c, T) if T else c, np.float32), np.empty((c, D), np.float32),
                          np.empty((c, S), np.int64))
+        self.bags = shard_bags.BagBuffer(layout.jagged_names, c) if layout.jagged_names else None
         self.fill, self.file, self.file_rows, self.paths, self.rows, self.sums = 0, None, 0, [], 0, []
         self.out = None  # the H5Output of the shard being written
 
     def append(self, batch):
-        """Add the rows of ``batch``."""
+        """Add the rows of ``batch`` (with ``bags`` for the jagged features, where the layout has any)."""
+        if (batch.bags is None) != (self.bags is None) or (
+                batch.bags is not None and batch.bags.lengths.shape[1] != len(self.bags.names)):
+            raise DataError(f"{self.folder}: a batch with {0 if batch.bags is None else batch.bags.lengths.shape[1]} "
+                            f"jagged features for shards of {len(self.layout.jagged_names)}; give bags for exactly "
+                            "the features of hotness 0")
         done = 0
         while done < batch.rows:
             k = min(batch.rows - done, self.options.chunk_rows - self.fill)
             for dst, src in zip(self.buf.arrays(), batch.arrays()):
                 dst[self.fill:self.fill + k] = src[done:done + k]
+            if self.bags is not None:
+                self.bags.add(batch.bags, done, done + k, self.fill, self.folder)
             self.fill += k
             done += k
             if self.fill == self.options.chunk_rows:
@@ -142,8 +165,9 @@ class ShardWriter:
             ds.resize(n + k, axis=0)
             if src.size:
                 ds.write_direct(src, np.s_[0:k], np.s_[n:n + k])
+        jagged = self.bags.flush(self.file, n, k) if self.bags is not None else ()
         self._check()
-        self.sums.append(array_crcs(src[:k] for src in self.buf.arrays()))
+        self.sums.append(array_crcs([*(src[:k] for src in self.buf.arrays()), *jagged]))
         self.file_rows, self.rows, self.fill = n + k, self.rows + k, 0
         if self.file_rows == self.options.rows_per_shard:
             self._finish()
@@ -162,8 +186,10 @@ class ShardWriter:
             self.file.create_dataset(name, shape=(0,) + width, maxshape=(None,) + tuple(w or None for w in width),
                                      dtype=src.dtype, chunks=(c,) + tuple(max(w, 1) for w in width),
                                      compression=self.options.compression)
+        if self.bags is not None:
+            self.bags.create(self.file, c, self.options.compression)
         a = self.file.attrs
-        a["version"], a["chunk_rows"] = VERSION, c
+        a["version"], a["chunk_rows"] = JAGGED_VERSION if self.bags is not None else 2, c
         for name, text in self.texts.items():
             attrs.put_text(a, name, text)
         self.paths.append(path)
@@ -171,8 +197,10 @@ class ShardWriter:
     def _finish(self):
         if self.file is None:
             return
-        table = np.array(self.sums, np.uint32).reshape(-1, len(DATASETS))
+        table = np.array(self.sums, np.uint32).reshape(-1, len(self.layout.datasets))
         self.file.create_dataset("checksums", data=table)
+        if self.bags is not None:
+            self.bags.finish(self.file)
         self.file.attrs["n_rows"] = self.file_rows
         attrs.put_text(self.file.attrs, attrs.ATTR_CRCS, attrs.record_crcs(self.file.attrs, array_crcs([table])[0]))
         self._check(self.out.close)
@@ -201,12 +229,15 @@ class ShardInfo:
     chunk_rows: int
     layout: ShardLayout
     checksums: np.ndarray | None = field(default=None, repr=False, compare=False)
+    bag_starts: np.ndarray | None = field(default=None, repr=False, compare=False)  # version 3, jagged features
 
 
-def _read_layout(f, path):
+def _read_layout(f, path, version):
     """The ShardLayout of the attributes, each checked for its form."""
     names = [tuple(attrs.json_value(f, k, path, attrs.names, "a JSON list of column names")) for k in _NAMES]
-    hotness = tuple(attrs.json_value(f, "sparse_hotness", path, attrs.counts, "a JSON list of integers >= 1"))
+    low = 0 if version >= JAGGED_VERSION else 1  # hotness 0, a jagged feature, came with version 3
+    hotness = tuple(attrs.json_value(f, "sparse_hotness", path, lambda v: attrs.counts(v, low),
+                                     f"a JSON list of integers >= {low}"))
     meta = attrs.json_value(f, "meta", path, lambda v: isinstance(v, dict), "a JSON object") \
         if "meta" in f.attrs else {}
     try:
@@ -223,10 +254,10 @@ def _dataset(f, name, path, where=""):
     return f[name]
 
 
-def _read_checksums(f, path, n_rows, chunk_rows):
-    """The checksum table ``[n_chunks, 3]``, checked for its shape and against the attributes' checksums."""
-    want = (-(-n_rows // chunk_rows), len(DATASETS))
-    ds = _dataset(f, "checksums", path, f" from a version {VERSION} shard")
+def _read_checksums(f, path, n_rows, chunk_rows, layout, version):
+    """The checksum table ``[n_chunks, datasets]``, checked for its shape and against the attributes' checksums."""
+    want = (-(-n_rows // chunk_rows), len(layout.datasets))
+    ds = _dataset(f, "checksums", path, f" from a version {version} shard")
     if ds.shape != want or ds.dtype != np.uint32:
         raise ShardError(f"{path}: dataset 'checksums' is {ds.dtype} {ds.shape}, but {n_rows} rows in chunks of "
                          f"{chunk_rows} need uint32 {want}; the file is corrupt, so {attrs.FIX}")
@@ -248,16 +279,22 @@ def _read_info(f, path):
     if version < 2 and (attrs.ATTR_CRCS in f.attrs or "checksums" in f):
         raise ShardError(f"{path}: attribute 'version' is {version}, but the shard carries checksums, which came with "
                          f"version 2; the attribute is corrupt, so {attrs.FIX}")
-    layout = _read_layout(f, path)
+    layout = _read_layout(f, path, version)
+    if (version >= JAGGED_VERSION) != bool(layout.jagged_names):
+        raise ShardError(f"{path}: attribute 'version' is {version}, but the shard has "
+                         f"{len(layout.jagged_names)} jagged features, which version {JAGGED_VERSION} and only it "
+                         f"holds; the attribute is corrupt, so {attrs.FIX}")
     n_rows, chunk_rows = attrs.integer(f, "n_rows", path, 0), attrs.integer(f, "chunk_rows", path, 1)
-    table = _read_checksums(f, path, n_rows, chunk_rows) if version >= 2 else None
+    table = _read_checksums(f, path, n_rows, chunk_rows, layout, version) if version >= 2 else None
     for name, width, dtype in zip(DATASETS, layout.widths, (np.float32, np.float32, np.int64)):
         ds = _dataset(f, name, path)
         shape = (n_rows,) + ((width,) if name != "label" or width else ())
         if ds.shape != shape or ds.dtype != dtype:
             raise ShardError(f"{path}: dataset {name!r} is {ds.dtype} {ds.shape}, but the attributes say "
                              f"{np.dtype(dtype)} {shape}; the shard is truncated or corrupt, so {attrs.FIX}")
-    return ShardInfo(path, n_rows, chunk_rows, layout, table)
+    starts = shard_bags.read_starts(f, path, n_rows, chunk_rows, len(layout.jagged_names), _dataset) \
+        if layout.jagged_names else None
+    return ShardInfo(path, n_rows, chunk_rows, layout, table, starts)
 
 
 def open_shard(path):
@@ -334,15 +371,19 @@ class ShardSource:
                 if arr.size:
                     ds.read_direct(arr, np.s_[a:b])
                 out.append(arr)
+            k, name = a // info.chunk_rows, "bag_values"
+            bags = shard_bags.read_block(f, info.bag_starts, a, b, k) if info.bag_starts is not None else None
         except _READ_ERRORS as e:
             raise ShardError(f"{info.path}: rows {a}:{b} of {name!r} cannot be read ({e}); "
                              f"the file is truncated or corrupt, so {attrs.FIX}") from None
-        k = a // info.chunk_rows
-        bad = None if info.checksums is None else first_mismatch(out, DATASETS, info.checksums[k])
+        checked = out + ([bags.lengths, bags.values] if bags is not None else [])
+        bad = None if info.checksums is None else first_mismatch(checked, info.layout.datasets, info.checksums[k])
         if bad:
             raise ShardError(f"{info.path}: dataset {bad[0]!r}, chunk {k} (rows {a}:{b}) has checksum {bad[1]:#010x}, "
                              f"but the shard recorded {bad[2]:#010x}; the file is corrupt, so {attrs.FIX}")
-        return Batch(*out)
+        if bags is not None:
+            shard_bags.check_block(bags, info.path, a, b, k)
+        return Batch(*out, bags)
 
     def close(self):
         for f in self.files:

@@ -109,7 +109,19 @@ class EmbeddingCollection(Module):
         """``[(table, keys)]``: the keys each table looks up in a forward on ``sparse`` (int64 ``[B, F]``, or
         ``[B, sum(hotness)]``), in the order the forward looks them up. A prefetch given the same keys hands the
         lookup its sort and pinned slots."""
+        sparse = self._input(sparse)
+        if isinstance(sparse, (list, tuple)):
+            return [(t, keys) for t, keys, _, _ in self._bag_lookups(sparse)]
         return [(t, keys) for t, keys, _ in self._lookups(sparse)]
+
+    def _input(self, sparse):
+        """``sparse`` as a matrix (single-hot or fixed hotness) or as a list of F bags."""
+        if isinstance(sparse, JaggedFeatures):
+            if sparse.single_hot and self.hotness is None:
+                return sparse.dense()
+            parts = 3 if sparse.weights is not None else 2
+            return [sparse.feature(f)[:parts] for f in range(sparse.n_features)]
+        return sparse
 
     def _lookups(self, sparse):
         """``[(table, keys, offsets or None)]`` of a forward on the matrix ``sparse``, on its device."""
@@ -133,12 +145,7 @@ class EmbeddingCollection(Module):
         return [(self.tables[0], *feature_major(bags, xp))]
 
     def forward(self, sparse):
-        if isinstance(sparse, JaggedFeatures):
-            if sparse.single_hot and self.hotness is None:
-                sparse = sparse.dense()
-            else:
-                parts = 3 if sparse.weights is not None else 2
-                sparse = [sparse.feature(f)[:parts] for f in range(sparse.n_features)]
+        sparse = self._input(sparse)
         if isinstance(sparse, (list, tuple)):
             return self._pooled(sparse)
         B = np.shape(sparse)[0]
@@ -149,19 +156,25 @@ class EmbeddingCollection(Module):
             return rows[0].reshape(B, self.n_features, self.dim)
         return rows[0].reshape(self.n_features, B, self.dim).transpose(1, 0, 2)
 
-    def _pooled(self, bags):
+    def _bag_lookups(self, bags):
+        """``[(table, keys, offsets, weights or None)]`` of a forward on F bags, on the host."""
         if len(bags) != self.n_features:
             raise ValueError(f"EmbeddingCollection: {len(bags)} (keys, offsets) bags for {self.n_features} features")
         bags = [_host_bag(f, bag) for f, bag in enumerate(bags)]
-        B = bags[0][1].size - 1
-        if self.shared:  # bags in feature-major order, one lookup: [F·B, D] -> [B, F, D]
-            keys, offsets = feature_major([(feature_keys(k, f), o) for f, (k, o, _) in enumerate(bags)], np)
-            weighted = any(w is not None for _, _, w in bags)  # then a feature without weights weighs each key 1
-            weights = np.concatenate([np.ones(k.size) if w is None else w for k, _, w in bags]) if weighted else None
-            y = self.tables[0].lookup(keys, offsets, self.mode, self.training, weights)
-            return y.reshape(self.n_features, B, self.dim).transpose(1, 0, 2)
-        return self._side_by_side([t.lookup(k, o, self.mode, self.training, w)
-                                   for t, (k, o, w) in zip(self.tables, bags)], B)
+        if not self.shared:
+            return [(t, k, o, w) for t, (k, o, w) in zip(self.tables, bags)]
+        # bags in feature-major order, one lookup: [F·B, D]
+        keys, offsets = feature_major([(feature_keys(k, f), o) for f, (k, o, _) in enumerate(bags)], np)
+        weighted = any(w is not None for _, _, w in bags)  # then a feature without weights weighs each key 1
+        weights = np.concatenate([np.ones(k.size) if w is None else w for k, _, w in bags]) if weighted else None
+        return [(self.tables[0], keys, offsets, weights)]
+
+    def _pooled(self, bags):
+        B = np.shape(bags[0][1])[0] - 1 if bags else 0
+        rows = [t.lookup(k, o, self.mode, self.training, w) for t, k, o, w in self._bag_lookups(bags)]
+        if self.shared:  # [F·B, D] -> [B, F, D]
+            return rows[0].reshape(self.n_features, B, self.dim).transpose(1, 0, 2)
+        return self._side_by_side(rows, B)
 
     def _side_by_side(self, rows, B):
         """Each feature's ``[B, d]`` rows as ``[B, F, D]``, or as ``[B, sum of dims]`` where the dims differ."""

@@ -135,7 +135,9 @@ def _shards(config, train_paths, eval_paths, description):
             raise ConfigError("--eval-data: the eval shards' columns differ from the training shards'; "
                               "evaluate on shards of the same data set")
         hot = train.layout.hotness
-        data.hotness = tuple(hot) if hot and max(hot) > 1 else None
+        # fixed multi-hot comes as a matrix the model is told the hotness of; jagged features (hotness 0) come from
+        # the loader as JaggedFeatures, which every collection pools as they are
+        data.hotness = tuple(hot) if hot and max(hot) > 1 and not train.layout.jagged_names else None
         meta = eval_.infos[0].layout.meta
         if "teacher_auc" in meta and eval_.n_rows <= config.data.eval_rows:
             data.teacher_auc = float(meta["teacher_auc"])  # synthetic shards record their teacher's AUC
