@@ -92,6 +92,7 @@ def label_values(arr):
     values, missing, bad = _numbers(arr)
     reason = np.where(bad | missing, BAD_LABEL, np.where(np.abs(values) > F32_MAX, BAD_RANGE, OK))
     reason[_nulls(arr)] = NULL_LABEL
+    values[reason != OK] = 0.0  # the row is dropped; zero rather than a value float32 cannot hold
     return values.astype(np.float32), reason.astype(np.int8)
 
 
@@ -101,6 +102,7 @@ def dense_values(arr, log1p):
     values, missing, bad = _numbers(arr)
     values[missing] = 0.0
     reason = np.where(bad, BAD_NUMBER, np.where(np.abs(values) > F32_MAX, BAD_RANGE, OK)).astype(np.int8)
+    values[reason != OK] = 0.0
     if log1p:
         values = np.log1p(np.maximum(values, 0.0))
     return values.astype(np.float32), reason
