@@ -1,4 +1,4 @@
-"""The converter: raw text files in, HDF5 shards out (the layout is in :mod:`gpuemb.io.shards`).
+"""The converter: raw text or Parquet files in, HDF5 shards out (the layout is in :mod:`gpuemb.io.shards`).
 
 ``convert(inputs, out_dir, schema, options)`` streams the inputs block by block. ``inputs`` is either
 
@@ -7,7 +7,8 @@
 - a dict of split name to files ("by file", e.g. the last Criteo day as test).
 
 Shards go to ``out_dir/<split>/part-*.h5``. With a frequency threshold, a first pass counts tokens over the
-training rows only, so no id is kept because of how often it shows up in val or test.
+training rows only, so no id is kept because of how often it shows up in val or test. The threshold and the caps
+apply to a jagged feature's keys (a Parquet list column) as to a scalar column's ids, per feature.
 """
 import os
 import time
@@ -16,9 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuemb.io.errors import DataError, ParseReport
+from gpuemb.io.formats import reader_for
 from gpuemb.io.hashing import mix_array
 from gpuemb.io.prefetch import Prefetcher
-from gpuemb.io.reader import ReadOptions, TextReader
+from gpuemb.io.reader import ReadOptions
 from gpuemb.io.remap import IdRemap, TokenCounter
 from gpuemb.io.shards import ShardLayout, ShardWriter, WriteOptions
 
@@ -34,6 +36,7 @@ class ConvertOptions:
     caps: int | tuple = 0  # ids modulo cap, one for all columns or one per column; 0: no cap
     read: ReadOptions = ReadOptions()
     write: WriteOptions = WriteOptions()
+    max_bag: int | None = None  # most keys in a row's bag of a list column (Parquet); a longer one is a bad row
 
     def validate(self):
         if len(self.split) != 3 or min(self.split) < 0 or not np.isclose(sum(self.split), 1.0):
@@ -41,6 +44,8 @@ class ConvertOptions:
                              "that sum to 1")
         if self.freq_threshold < 0:
             raise ValueError(f"ConvertOptions.freq_threshold={self.freq_threshold} must be >= 0")
+        if self.max_bag is not None and self.max_bag < 0:
+            raise ValueError(f"ConvertOptions.max_bag={self.max_bag} must be >= 0, or None for no cap")
         self.read.validate()
         self.write.validate()
         return self
@@ -73,11 +78,11 @@ def _split_batches(inputs, schema, options, report):
     """Yield (split index, batch) over all inputs; ratio-split blocks come as one (index array, batch)."""
     if isinstance(inputs, dict):
         for name, paths in inputs.items():
-            for batch in TextReader(paths, schema, options.read, report):
+            for batch in reader_for(paths, schema, options.read, report, options.max_bag):
                 yield SPLITS.index(name), batch
         return
     row = 0
-    for batch in TextReader(inputs, schema, options.read, report):
+    for batch in reader_for(inputs, schema, options.read, report, options.max_bag):
         yield _ratio_splits(row, batch.rows, options.split, options.seed), batch
         row += batch.rows
 
@@ -99,7 +104,7 @@ def count_tokens(inputs, schema, options):
     for split, batch in _split_batches(inputs, schema, options, quiet):
         for s, part in _by_split(split, batch):
             if s == 0:
-                counter.add(part.sparse)
+                counter.add(part, schema.sparse_hotness)
     return counter
 
 
@@ -116,17 +121,19 @@ def convert(inputs, out_dir, schema, options=ConvertOptions()):
     remap = IdRemap(len(schema.sparse_names), frequent, options.caps)
     meta = {"schema": schema.to_json(), "dense_transform": "log1p(max(x, 0))" if options.read.dense_log1p else
             "none", "hashing": "gpuemb.io.hashing v1", "freq_threshold": options.freq_threshold,
-            "caps": options.caps, "split_ratios": list(options.split), "split_seed": options.seed,
+            "caps": options.caps, "max_bag": options.max_bag, "split_ratios": list(options.split),
+            "split_seed": options.seed,
             "sources": {s: _listed(ps) for s, ps in inputs.items()} if isinstance(inputs, dict) else _listed(inputs)}
     report = ConvertReport(parse=ParseReport(max_reported=options.read.max_reported))
     writers = {}
     # Parsing runs in a second thread, so that it overlaps with remapping and writing here.
     for split, batch in Prefetcher(_split_batches(inputs, schema, options, report.parse), depth=2):
-        remap(batch.sparse)
+        remap(batch, schema.sparse_hotness)
         for s, part in _by_split(split, batch):
             if s not in writers:
                 layout = ShardLayout(tuple(schema.label_names), tuple(schema.dense_names),
-                                     tuple(schema.sparse_names), meta=dict(meta, split=SPLITS[s]))
+                                     tuple(schema.sparse_names), schema.sparse_hotness,
+                                     meta=dict(meta, split=SPLITS[s]))
                 writers[s] = ShardWriter(os.path.join(out_dir, SPLITS[s]), layout, options.write)
             writers[s].append(part)
     for s in sorted(writers):

@@ -4,10 +4,32 @@
   (:func:`gpuemb.io.hashing.rare_id`). Counting needs a first pass over the training rows.
 - Cap: ids of a capped column are taken modulo its cap, as MLPerf caps Criteo 1TB's tables at 40M rows, so the
   column's ids fall in ``[0, cap)``. Ids are already well mixed hashes, so the modulo spreads them evenly.
+
+Both work per sparse feature, whatever holds its ids: a fixed feature's columns of ``batch.sparse`` or a jagged
+feature's keys in ``batch.bags`` (:func:`feature_ids`), so a list column is thresholded and capped as a scalar
+one is.
 """
 import numpy as np
 
+from gpuemb.io.bags import JAGGED
 from gpuemb.io.hashing import rare_id
+
+
+def feature_ids(batch, hotness):
+    """``(feature, array, key)`` for each sparse feature of ``batch``: ``array[key]`` are its ids. A fixed
+    feature's (``hotness[f] >= 1``) are its columns of ``batch.sparse``, a jagged one's the positions of its keys
+    in ``batch.bags.values``, which hold the bags row after row."""
+    if JAGGED in hotness:
+        lengths = batch.bags.lengths
+        owner = np.repeat(np.tile(np.arange(lengths.shape[1]), lengths.shape[0]), lengths.ravel())
+    column, j = 0, 0
+    for f, h in enumerate(hotness):
+        if h == JAGGED:
+            yield f, batch.bags.values, np.flatnonzero(owner == j)
+            j += 1
+        else:
+            yield f, batch.sparse, (slice(None), slice(column, column + h))
+            column += h
 
 
 class TokenCounter:
@@ -18,10 +40,10 @@ class TokenCounter:
         self.counts = [np.empty(0, np.int64) for _ in range(n_columns)]
         self.pending = [[] for _ in range(n_columns)]
 
-    def add(self, sparse):
-        """Count the ids of ``sparse`` ``[N, n_columns]``."""
-        for c in range(sparse.shape[1]):
-            self.pending[c].append(np.unique(sparse[:, c], return_counts=True))
+    def add(self, batch, hotness):
+        """Count the ids of each sparse feature of ``batch`` (its ``hotness`` as in :func:`feature_ids`)."""
+        for c, array, key in feature_ids(batch, hotness):
+            self.pending[c].append(np.unique(array[key], return_counts=True))
             if sum(k.size for k, _ in self.pending[c]) > max(self.keys[c].size, 1 << 16):
                 self._merge(c)
 
@@ -40,7 +62,7 @@ class TokenCounter:
 
 
 class IdRemap:
-    """Applies the threshold (given the frequent ids per column) and the caps to a sparse ``[N, S]`` array."""
+    """Applies the threshold (given the frequent ids per feature) and the caps to the ids of a batch."""
 
     def __init__(self, n_columns, frequent=None, caps=0):
         caps = (caps,) * n_columns if isinstance(caps, int) else tuple(caps)
@@ -49,15 +71,21 @@ class IdRemap:
                              "0 means no cap")
         self.frequent, self.caps = frequent, np.array(caps, np.int64)
 
-    def __call__(self, sparse):
-        """``sparse`` with rare ids replaced and caps applied, in place."""
+    def __call__(self, batch, hotness):
+        """``batch``'s ids with rare ids replaced and caps applied, in place (``hotness`` as in
+        :func:`feature_ids`)."""
+        if self.frequent is None and not self.caps.any():
+            return batch
+        for c, array, key in feature_ids(batch, hotness):
+            array[key] = self._remap(c, array[key])
+        return batch
+
+    def _remap(self, c, ids):
         if self.frequent is not None:
-            for c, keep in enumerate(self.frequent):
-                col = sparse[:, c]
-                pos = np.minimum(np.searchsorted(keep, col), max(keep.size - 1, 0))
-                known = keep[pos] == col if keep.size else np.zeros(col.shape, bool)
-                col[~known] = rare_id(c)
-        capped = np.flatnonzero(self.caps)
-        if capped.size:
-            sparse[:, capped] %= self.caps[capped]
-        return sparse
+            keep = self.frequent[c]
+            pos = np.minimum(np.searchsorted(keep, ids), max(keep.size - 1, 0))
+            known = keep[pos] == ids if keep.size else np.zeros(ids.shape, bool)
+            ids[~known] = rare_id(c)
+        if self.caps[c]:
+            ids %= self.caps[c]
+        return ids

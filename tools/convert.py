@@ -3,10 +3,12 @@
     python tools/convert.py criteo day_0.gz day_1.gz --out shards [--split 0.9 0.05 0.05]
     python tools/convert.py criteo day_0.gz --test day_23.gz --out shards      # split by file
     python tools/convert.py csv data.csv --label y --dense a b --categorical c d --out shards
+    python tools/convert.py parquet part-*.parquet --label y --dense a --categorical c tags --max-bag 64 --out shards
     python tools/convert.py avazu train.csv --out shards --freq-threshold 5
     python tools/convert.py census census-income.data --out shards
     python tools/convert.py synthetic --preset small --rows 1000000 --test-rows 100000 --out shards
 
+A Parquet list column named with --categorical is a jagged feature, a bag of ids a row (docs/data.md, "Parquet").
 It prints rows per split, rows/s and the bad lines it skipped (the first few as file:line: reason). Input that
 gives no good rows at all is an error (exit 1), as is any other bad input: one line says what and where.
 """
@@ -16,7 +18,7 @@ import warnings
 
 from gpuemb.io.convert import ConvertOptions, convert
 from gpuemb.io.errors import BadLineWarning, DataError
-from gpuemb.io.formats import FORMATS, schema_for
+from gpuemb.io.formats import FORMATS, NAMED_COLUMNS, schema_for
 from gpuemb.io.reader import ReadOptions
 from gpuemb.io.shards import WriteOptions
 from gpuemb.io.synthetic import PRESETS, write_synthetic
@@ -39,12 +41,15 @@ def parse_args(argv):
     ap.add_argument("--chunk-rows", type=int, default=16384)
     ap.add_argument("--rows-per-shard", type=int, default=1 << 21)
     ap.add_argument("--compression", choices=("gzip",), default=None)
-    csv_ = ap.add_argument_group("csv")
-    csv_.add_argument("--label", nargs="+", default=[])
-    csv_.add_argument("--dense", nargs="+", default=[])
-    csv_.add_argument("--categorical", nargs="+", default=[])
-    csv_.add_argument("--kind", choices=("str", "hex", "int"), default="str")
-    csv_.add_argument("--delimiter", default=",")
+    named = ap.add_argument_group(", ".join(NAMED_COLUMNS), "the columns of each role, named")
+    named.add_argument("--label", nargs="+", default=[])
+    named.add_argument("--dense", nargs="+", default=[])
+    named.add_argument("--categorical", nargs="+", default=[])
+    named.add_argument("--kind", choices=("str", "hex", "int"), default="str",
+                       help="how string tokens become ids (a Parquet int column is always read as int)")
+    named.add_argument("--delimiter", default=",", help="csv only")
+    named.add_argument("--max-bag", type=int, default=None,
+                       help="parquet: most ids in a row of a list column; a longer bag is a bad row (default: no cap)")
     syn = ap.add_argument_group("synthetic")
     syn.add_argument("--preset", choices=sorted(PRESETS), default="small")
     syn.add_argument("--rows", type=int, default=1_000_000)
@@ -53,9 +58,9 @@ def parse_args(argv):
 
 
 def schema_of(args):
-    if args.format != "csv":
+    if args.format not in NAMED_COLUMNS:
         return schema_for(args.format, args.inputs)
-    return schema_for("csv", args.inputs, label=args.label, dense=args.dense, categorical=args.categorical,
+    return schema_for(args.format, args.inputs, label=args.label, dense=args.dense, categorical=args.categorical,
                       kind=args.kind, delimiter=args.delimiter)
 
 
@@ -81,7 +86,7 @@ def main(argv=None):
                   **({"test": args.test} if args.test else {})}
     options = ConvertOptions(tuple(args.split), args.seed, args.freq_threshold,
                              args.cap[0] if len(args.cap) == 1 else tuple(args.cap),
-                             ReadOptions(dense_log1p=not args.no_log1p, strict=args.strict), write)
+                             ReadOptions(dense_log1p=not args.no_log1p, strict=args.strict), write, args.max_bag)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", BadLineWarning)  # the report below lists them, once each
