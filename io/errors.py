@@ -26,7 +26,9 @@ class BadLineError(DataError):
 
     def __init__(self, bad):
         self.bad = bad
-        super().__init__(f"{bad}. Fix or drop the line, or read without strict=True to skip and count bad lines.")
+        unit = getattr(bad, "unit", "line")
+        super().__init__(f"{bad}. Fix or drop the {unit}, or read without strict=True to skip and count bad "
+                         f"{unit}s.")
 
 
 class UncheckedShardWarning(UserWarning):
@@ -43,6 +45,7 @@ class BadLine:
     path: str
     line: int
     reason: str
+    unit = "line"  # what a bad one is called in messages; a Parquet reader's BadRow says "row"
 
     def __str__(self):
         return f"{self.path}:{self.line}: {self.reason}"
@@ -56,6 +59,7 @@ class ParseReport:
     bad: int = 0
     reasons: Counter = field(default_factory=Counter)
     first_bad: list = field(default_factory=list)
+    unit: str = "line"  # what the reader reads one record of: text is read by lines, Parquet by rows
 
     def add_bad(self, bad, kind, strict):
         """Count one bad line; raise it under ``strict``, warn about it while few have been seen."""
@@ -75,7 +79,7 @@ class ParseReport:
 
     def summary(self):
         """One line for logs: rows kept, lines skipped by reason, and the first bad line."""
-        text = f"{self.rows} rows read, {self.bad} bad lines skipped"
+        text = f"{self.rows} rows read, {self.bad} bad {self.unit}s skipped"
         if self.bad:
             reasons = ", ".join(f"{k}: {n}" for k, n in self.reasons.most_common())
             text += f" ({reasons})" + (f"; first: {self.first_bad[0]}" if self.first_bad else "")

@@ -33,6 +33,7 @@ class BadRow:
     row: int
     file_row: int
     reason: str
+    unit = "row"  # what io.errors calls it in messages
 
     def __str__(self):
         return f"{self.path}: row group {self.group}, row {self.row} (file row {self.file_row}): {self.reason}"
@@ -52,6 +53,7 @@ class ParquetReader:
         self.schema, self.options = schema.validate(), options.validate()
         self.max_bag, self.batch_rows = max_bag, batch_rows
         self.report = report if report is not None else ParseReport(max_reported=options.max_reported)
+        self.report.unit = "row"
         # (column, role, index in its output): label and dense slots, and sparse features counted over all of
         # them (the hashing slot, as the text reader counts it), fixed and jagged ones also apart
         self.plan, seen = [], {"label": 0, "dense": 0, "categorical": 0, "fixed": 0, "jagged": 0}

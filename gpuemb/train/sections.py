@@ -12,7 +12,7 @@ from gpuemb import models, optim
 from gpuemb.autograd import backend
 from gpuemb.autograd.checks import SettingError
 from gpuemb.comm import BACKENDS
-from gpuemb.io.formats import FORMATS
+from gpuemb.io.formats import FORMATS, NAMED_COLUMNS
 from gpuemb.io.synthetic import PRESETS as SYNTHETIC_PRESETS
 from gpuemb.kernels.codecs import CODECS
 from gpuemb.kernels.mlp import PRECISIONS
@@ -64,11 +64,11 @@ class DataSettings(Section):
     def check(self):
         if self.format and self.synthetic:
             self.fail("format", "reads raw files; give their paths with --data")
-        if self.format == "csv" and not self.label:
-            self.fail("label", "--format csv needs the label column(s); name them with --label")
+        if self.format in NAMED_COLUMNS and not self.label:
+            self.fail("label", f"--format {self.format} needs the label column(s); name them with --label")
         for name in self.given("label", "dense", "categorical"):
-            if self.format != "csv":
-                self.fail(name, "names columns of --format csv files only")
+            if self.format not in NAMED_COLUMNS:
+                self.fail(name, f"names columns of --format {' or '.join(NAMED_COLUMNS)} files only")
         if self.eval_data and (self.synthetic or self.format):
             self.fail("eval_data", "names the eval shards of shard data (--data a shard folder or file)")
         if self.eval_fraction is not None and not 0 < self.eval_fraction < 1:

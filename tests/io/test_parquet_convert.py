@@ -114,8 +114,6 @@ def test_tools_convert_parquet_names_a_missing_column_in_one_line(tmp_path, rng)
     assert f"convert.py: {path}: categorical column 'tag' is not in the file; its columns: y (double)" in out.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="tools/train.py refuses --label with a --format other than csv until "
-                   "gpuemb/train/sections.py accepts io.formats.NAMED_COLUMNS")
 def test_tools_train_trains_on_a_parquet_file_with_list_columns(tmp_path, rng):
     columns = random_columns(rng, 3000)
     path = write(tmp_path / "x.parquet", columns, row_group_size=1000)

@@ -51,7 +51,7 @@ def test_a_json_file_gives_the_same_config_as_flags(tmp_path):
     ({"ssd_dir": "x"}, "--ssd-dir: ssd_path is the file of placement='ssd' and only of it"),
     ({"format": "criteo"}, "--format: reads raw files; give their paths with --data"),
     ({"data": "x.csv", "format": "csv"}, "--label: --format csv needs the label column"),
-    ({"label": ["y"]}, "--label: names columns of --format csv files only"),
+    ({"label": ["y"]}, "--label: names columns of --format csv or parquet files only"),
     ({"data": "shards", "preset": "small"}, "--preset: shapes synthetic data"),
     ({"step_size": 10}, "--step-size: does not apply to --schedule constant; it sets step"),
     ({"schedule": "step"}, "--step-size: --schedule step needs --step-size"),
