@@ -48,7 +48,7 @@ class Bags:
         rows = np.flatnonzero(rows) if np.asarray(rows).dtype == bool else np.asarray(rows, np.int64)
         ends = self.row_ends()
         sizes = ends[rows + 1] - ends[rows]
-        return Bags(self.lengths[rows], self.values[_ranges(ends[rows], sizes)])
+        return Bags(self.lengths[rows], self.values[concat_ranges(ends[rows], sizes)])
 
     @staticmethod
     def concat(parts):
@@ -59,7 +59,7 @@ class Bags:
         return Bags(np.zeros((rows, n_jagged), np.int32), np.zeros(0, np.int64))
 
 
-def _ranges(starts, sizes):
+def concat_ranges(starts, sizes):
     """The concatenation of ``arange(s, s + n)`` over ``starts`` and ``sizes``, without a Python loop."""
     total = int(sizes.sum())
     if not total:
@@ -82,7 +82,7 @@ def feature_major(hotness, sparse, bags):
     for f, h in enumerate(hotness):
         if h == JAGGED:
             lengths[f] = bags.lengths[:, j]
-            pieces.append(_ranges(start[:, j] + base, lengths[f]))
+            pieces.append(concat_ranges(start[:, j] + base, lengths[f]))
             j += 1
         else:
             lengths[f] = h

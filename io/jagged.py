@@ -19,7 +19,7 @@ import numpy as np
 
 from gpuemb.autograd.backend import get_array_module, to_host
 
-from .bags import _ranges
+from .bags import concat_ranges
 from .errors import DataError
 
 
@@ -130,7 +130,7 @@ class JaggedFeatures:
         offsets = to_host(self.offsets)  # one read: the gather is planned on the host and done where the values are
         sizes = offsets[bags + 1] - offsets[bags]
         xp = get_array_module(self.values)
-        at = xp.asarray(_ranges(offsets[bags], sizes))
+        at = xp.asarray(concat_ranges(offsets[bags], sizes))
         return JaggedFeatures(self.names, self.values[at], xp.asarray(np.concatenate([[0], np.cumsum(sizes)])),
                               None if self.weights is None else self.weights[at], rows.size)
 

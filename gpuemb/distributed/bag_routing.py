@@ -12,7 +12,7 @@ any rank has weights, the keys' weights (float32) in a second all-to-all.
 """
 import numpy as np
 
-from gpuemb.io.bags import _ranges
+from gpuemb.io.bags import concat_ranges
 
 from .routing import Route
 
@@ -43,7 +43,7 @@ class BagRoute(Route):
         n = np.concatenate(lengths).astype(np.int64) if streams else np.zeros(0, np.int64)
         at = np.concatenate(at) if streams else np.zeros(0, np.int64)
         self.lengths = n[order]
-        at = at[_ranges((np.cumsum(n) - n)[order], self.lengths)]
+        at = at[concat_ranges((np.cumsum(n) - n)[order], self.lengths)]
         self.keys = np.ascontiguousarray(bags.values[at])
         self.weights = None if bags.weights is None else bags.weights[at]
         self.key_counts = np.bincount(self.dest, weights=self.lengths, minlength=W).astype(np.int64)
@@ -76,6 +76,6 @@ class ArrivedBags:
     def bags(self, entries):
         """``(keys, offsets [n + 1], weights or None)`` of the received ``entries``, in that order."""
         n = self.lengths[entries]
-        at = _ranges(self.starts[entries], n)
+        at = concat_ranges(self.starts[entries], n)
         offsets = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
         return self.keys[at], offsets, None if self.weights is None else self.weights[at]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuemb.autograd.backend import to_host
-from gpuemb.io.bags import _ranges
+from gpuemb.io.bags import concat_ranges
 from gpuemb.io.jagged import JaggedFeatures
 from gpuemb.store.collection import _host_bag, feature_keys, mixed_keys
 
@@ -37,7 +37,7 @@ class LocalBags:
         """``(index [K] into values, lengths [n])`` of the flat bag ids ``bags`` (``f·B + b``), bag after bag."""
         flat = self.lengths.reshape(-1)
         starts = np.cumsum(flat) - flat
-        return _ranges(starts[bags], flat[bags]), flat[bags]
+        return concat_ranges(starts[bags], flat[bags]), flat[bags]
 
 
 def local_bags(sparse, n_features, shared, hotness, mode):
