@@ -101,12 +101,29 @@ def bad_file(tmp_path, name, text):
     (lambda t: bad_file(t, "a.toml", "steps = 10\nbatch_sise = 3\n"), "unknown key 'batch_sise'"),
     (lambda t: bad_file(t, "c.toml", "steps = [\n"), "c.toml: is not valid TOML"),
     (lambda t: ["--config", t / "missing.toml"], "missing.toml: cannot be read"),
-], ids=["flag", "value", "choice", "ssd-cache", "fp16", "tasks", "file-key", "file-syntax", "file-missing"])
+    (["--table-dim", "C3=32"], "--table-dim: gives features dims of their own, which needs a table per feature; "
+                               "add --tables per-feature"),
+    (["--tables", "per-feature", "--table-dim", "C3=0"], "--table-dim: C3=0; give each feature's dim as an int >= 1"),
+    (["--tables", "per-feature", "--table-dim", "C3=wide"], "--table-dim: C3='wide'; give each feature's dim"),
+    (["--tables", "per-feature", "--table-dim", "C99=8", "--steps", "1"], "the data has no sparse feature 'C99'"),
+    (["--tables", "per-feature", "--table-dim", "C3=32", "--steps", "1"],
+     "--table-dim: --model dlrm's dot interaction needs one dim for every table; drop --table-dim, or use a model "
+     "that concatenates the rows (dcn, wide_deep, mmoe)"),
+], ids=["flag", "value", "choice", "ssd-cache", "fp16", "tasks", "file-key", "file-syntax", "file-missing",
+        "table-dim-shared", "table-dim-zero", "table-dim-text", "table-dim-name", "table-dim-dlrm"])
 def test_bad_settings_exit_2_with_one_clear_line(tmp_path, args, message):
     out = train(*(args(tmp_path) if callable(args) else args))
     assert out.returncode == 2, out.stderr
     assert message in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.splitlines()) == 1, out.stderr
+
+
+def test_table_dims_give_dcn_tables_of_their_own_dims(tmp_path):
+    (tmp_path / "dims.toml").write_text("tables = 'per-feature'\ntable_dims = {C1 = 4}\n")
+    out = train("--model", "dcn", "--config", tmp_path / "dims.toml", "--table-dim", "C3=32", *SHORT)
+    summary(out)
+    # the file's and the flags' entries add up; the rest keep --embedding-dim
+    assert "C1 (D=4," in out.stdout and "C2 (D=16," in out.stdout and "C3 (D=32," in out.stdout
 
 
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib is not installed here")
