@@ -1,5 +1,6 @@
 """tools/bench_train.py and tools/gpu_floor.py as a user runs them (a subprocess, tiny shapes), and the floor's
 arithmetic against a count by hand."""
+import importlib
 import importlib.util
 import json
 import os
@@ -104,12 +105,17 @@ def test_the_mlperf_dcnv2_config_trains_beside_its_peers(tmp_path):
     assert "no GEMM floor" in out.stdout and "gemm_floor_ms" not in result
 
 
-def test_the_mlperf_dcnv2_config_runs_its_own_batch_and_steps_unless_told():
+def _tools(*names):
+    """The modules of tools/ named, imported as the tools import each other."""
     sys.path.insert(0, str(TOOLS))
     try:
-        import bench_train
+        return [importlib.import_module(name) for name in names]
     finally:
         sys.path.remove(str(TOOLS))
+
+
+def test_the_mlperf_dcnv2_config_runs_its_own_batch_and_steps_unless_told():
+    (bench_train,) = _tools("bench_train")
     bc = bench_train.ALL_CONFIGS["mlperf-dcnv2"]
     assert (bc.batch_size, bc.steps, bc.warmup, bc.lr) == (512, 10, 3, 0.001)
     assert bench_train.CONFIGS["kaggle"].batch_size == 2048 and "mlperf-dcnv2" not in bench_train.CONFIGS  # floors
@@ -142,12 +148,7 @@ def test_the_floor_counts_row_bytes_and_mlp_flops_by_hand():
 
 
 def test_the_gemm_floor_times_each_matmul_of_a_step_once():
-    sys.path.insert(0, str(TOOLS))
-    try:
-        import bench_train
-        import gemm_floor
-    finally:
-        sys.path.remove(str(TOOLS))
+    bench_train, gemm_floor = _tools("bench_train", "gemm_floor")
     bc = bench_train.CONFIGS["kaggle"]
     assert gemm_floor.mlp_layers(bc) == ([13, 512, 256, 64, 16], [368, 512, 256, 1])
     calls = []
