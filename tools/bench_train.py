@@ -5,7 +5,7 @@ of the same config, on the same batches, in the same run.
                                 [--stores device host ssd] [--pipeline on|off|both] [--optimizer RULE]
                                 [--no-torchrec] [--no-torch] [--json FILE]
 
-Configs (Criteo Kaggle's 26 cardinalities, each capped at ``--cap``; 13 dense features):
+Configs (13 dense features; Criteo Kaggle's 26 cardinalities unless said, each capped at ``--cap``):
 - ``kaggle``: dim 16, bottom MLP 512-256-64-16, top 512-256-1, tables capped at 1,000,000 rows (5.6M in all);
 - ``mlperf``: dim 128, bottom 512-256-128, top 1024-1024-512-256-1, tables capped at 200,000 rows (1.5M in
   all, so that torch's dense tables and their Adagrad state fit a small machine's memory).
@@ -13,9 +13,10 @@ Configs (Criteo Kaggle's 26 cardinalities, each capped at ``--cap``; 13 dense fe
   bottom 512-256-128, whose output sits beside the 26 pooled embeddings, 3 low-rank cross layers of rank 512, top
   1024-1024-512-256-1; MLPerf's 26 cardinalities (not Kaggle's) capped at 200,000 rows (1.7M in all) and its
   multi-hot features, 214 ids a row summed per feature. TorchRec's peer is ``torchrec.models.dlrm.DLRM_DCN``, the
-  plain one ``nn.EmbeddingBag`` bags with the same bottom, crosses and top. Its step costs about 30 times a
-  kaggle one, so unless told it runs batches of 512, 3 warmup and 10 timed steps: about a minute a row on 2
-  cores.
+  plain one ``nn.EmbeddingBag`` bags with the same bottom, crosses and top. It trains about 600 samples/s on 2
+  cores against kaggle's 30,000, so unless told it runs batches of 512, 3 warmup and 10 timed steps at lr 0.001
+  (at 0.01 every side's loss passed 400 within the first steps): about 15 s a row, a minute with both peers and
+  the device store.
 Stores: ``device`` (every row in device memory), ``host`` (a device cache of 10% of the rows over host memory)
 and ``ssd`` (an HDF5 file under a host cache under a device cache). The ssd store's caches are sized on the keys
 the data touches, which are its table's rows by the end: 10% and 25% of them, the device cache at least twice a
@@ -29,7 +30,7 @@ update into the backward, as gpuemb does; the plain one steps ``nn.EmbeddingBag`
 optimizer. A run trains ``--warmup`` steps (numba compiles, caches fill), then times ``--steps``: samples/s is
 their samples over their seconds.
 
-On the CPU, each config ends with its GEMM floor (``gemm_floor.py``: the step's MLP matmuls timed bare in the
+On the CPU, each DLRM config ends with its GEMM floor (``gemm_floor.py``: the step's MLP matmuls timed bare in the
 same run) and each row's step time over it. ``--overhead`` adds the share of a step spent outside kernels and
 BLAS, bounded from above by the step time at a tiny batch (``OVERHEAD_BATCH``, where the arrays are too small to
 cost anything) over the step time at ``--batch-size``; ``--profile FILE`` writes a cProfile of the device store's

@@ -64,7 +64,9 @@ class DataSettings(Section):
     eval_data: str = setting(None, "shards: the eval split's folder or file (default: the 'test' or 'val' folder "
                              "beside 'train')", kind="str", resumable=True)
     preset: str = setting("quick", "synthetic: the data's shape; 'quick' is sized for a CPU run of about two "
-                          "minutes, the others are gpuemb.io.synthetic.PRESETS", choices=PRESETS)
+                          "minutes, the others are gpuemb.io.synthetic.PRESETS; mlperf-dcnv2 also sets the model, "
+                          "dims and rules of MLPerf's DLRM-DCNv2, under the flags given (docs/models.md)",
+                          choices=PRESETS)
     train_rows: int = setting(None, "synthetic: rows in the training set, made as they are read (default "
                               "4,194,304, more than the default run's 800 batches of 4,096)", kind="int", low=1)
     eval_rows: int = setting(100_000, "rows evaluated: the synthetic eval set's size, or a cap on the shards' eval "
