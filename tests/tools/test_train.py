@@ -129,8 +129,8 @@ def test_table_dims_give_dcn_tables_of_their_own_dims(tmp_path):
 def test_the_mlperf_dcnv2_preset_trains_and_learns(tmp_path):
     path = tmp_path / "metrics.jsonl"
     # the preset's model and data at a batch and eval set small enough for 2 cores; its own: 400 steps of 1024
-    out = train("--preset", "mlperf-dcnv2", "--steps", "24", "--batch-size", "256", "--eval-rows", "2000",
-                "--eval-every", "8", "--log-every", "4", "--no-progress", "--metrics-out", path)
+    out = train("--preset", "mlperf-dcnv2", "--steps", "16", "--batch-size", "128", "--eval-rows", "1000",
+                "--eval-every", "4", "--log-every", "4", "--no-progress", "--metrics-out", path)
     summary(out)
     assert "preset: mlperf-dcnv2, MLPerf DLRM-DCNv2" in out.stdout and "capped at 1,000,000 rows each" in out.stdout
     assert re.search(r"model: dcn .*'rank': 512.*'bottom': \[512, 256, 128\]", out.stdout)
@@ -138,8 +138,8 @@ def test_the_mlperf_dcnv2_preset_trains_and_learns(tmp_path):
     records = [json.loads(line) for line in path.read_text().splitlines()]
     losses = [r["loss"] for r in records if r["kind"] == "train"]
     aucs = [r["auc"] for r in records if r["kind"] == "eval"]
-    assert len(losses) == 6 and all(0 < x < 2 for x in losses), losses
-    assert len(aucs) == 3 and aucs[-1] > max(0.62, aucs[0] + 0.03), aucs  # 0.61 at step 8, 0.71 at 24 when written
+    assert len(losses) == 4 and all(0 < x < 2 for x in losses), losses
+    assert len(aucs) == 4 and aucs[-1] > max(0.6, aucs[0] + 0.04), aucs  # 0.574 at step 4, 0.637 at 16 when written
 
 
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib is not installed here")
