@@ -77,8 +77,15 @@ class SyntheticConfig:
                            tuple(f"C{t + 1}" for t in range(len(self.cardinalities))), self.hot, meta or {})
 
 
-# MLPerf DLRM-DCNv2's multi-hot Criteo: ids per row of each of the 26 features.
+# MLPerf DLRM-DCNv2's multi-hot Criteo (the 1TB click logs): ids per row of each of the 26 features, and each
+# table's rows in its reference (40M caps the five largest): 204M rows, 104 GB of fp32 at dim 128.
 MLPERF_HOTNESS = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1)
+MLPERF_CARDINALITIES = (40_000_000, 39_060, 17_295, 7_424, 20_265, 3, 7_122, 1_543, 63, 40_000_000, 3_067_956,
+                        405_282, 10, 2_209, 11_938, 155, 4, 976, 14, 40_000_000, 40_000_000, 40_000_000, 590_152,
+                        12_973, 108, 36)
+# The cap on each of them for a run here: 7.1M rows, 3.4 GiB of dim-128 rows and as much again of exact Adagrad's
+# state if every row were touched, within a 24 GiB host or a 78 GiB GPU beside the 16M dense weights.
+MLPERF_CAP = 1_000_000
 
 PRESETS = {
     "criteo": SyntheticConfig(),
@@ -86,6 +93,9 @@ PRESETS = {
     # each id often enough to get close to the teacher.
     "multihot": SyntheticConfig(cardinalities=tuple(min(c, 1000) for c in CRITEO_CARDINALITIES),
                                 hotness=MLPERF_HOTNESS),
+    # MLPerf DLRM-DCNv2's data shape with each table capped at MLPERF_CAP rows (gpuemb.train.recipes has the run)
+    "mlperf-dcnv2": SyntheticConfig(cardinalities=tuple(min(c, MLPERF_CAP) for c in MLPERF_CARDINALITIES),
+                                    hotness=MLPERF_HOTNESS),
     # Moderate tables, so a DLRM sees each id often enough in ~1M rows to get close to the teacher on a CPU.
     "small": SyntheticConfig(cardinalities=tuple(min(c, 20_000) for c in CRITEO_CARDINALITIES)),
 }

@@ -1,14 +1,22 @@
-"""End-to-end training throughput of a DLRM, beside TorchRec's and a plain PyTorch DLRM of the same config, on
-the same batches, in the same run.
+"""End-to-end training throughput of a DLRM (or MLPerf's DLRM-DCNv2), beside TorchRec's and a plain PyTorch model
+of the same config, on the same batches, in the same run.
 
-    python tools/bench_train.py [--config kaggle mlperf] [--batch-size 2048] [--steps 30] [--warmup 5]
+    python tools/bench_train.py [--config kaggle mlperf mlperf-dcnv2] [--batch-size 2048] [--steps 30] [--warmup 5]
                                 [--stores device host ssd] [--pipeline on|off|both] [--optimizer RULE]
                                 [--no-torchrec] [--no-torch] [--json FILE]
 
-Configs (Criteo Kaggle's 26 cardinalities, each capped at ``--cap``; 13 dense features):
+Configs (13 dense features; Criteo Kaggle's 26 cardinalities unless said, each capped at ``--cap``):
 - ``kaggle``: dim 16, bottom MLP 512-256-64-16, top 512-256-1, tables capped at 1,000,000 rows (5.6M in all);
 - ``mlperf``: dim 128, bottom 512-256-128, top 1024-1024-512-256-1, tables capped at 200,000 rows (1.5M in
   all, so that torch's dense tables and their Adagrad state fit a small machine's memory).
+- ``mlperf-dcnv2``: MLPerf's DLRM-DCNv2 (``--preset mlperf-dcnv2`` of tools/train.py, docs/models.md): dim 128,
+  bottom 512-256-128, whose output sits beside the 26 pooled embeddings, 3 low-rank cross layers of rank 512, top
+  1024-1024-512-256-1; MLPerf's 26 cardinalities (not Kaggle's) capped at 200,000 rows (1.7M in all) and its
+  multi-hot features, 214 ids a row summed per feature. TorchRec's peer is ``torchrec.models.dlrm.DLRM_DCN``, the
+  plain one ``nn.EmbeddingBag`` bags with the same bottom, crosses and top. It trains about 600 samples/s on 2
+  cores against kaggle's 30,000, so unless told it runs batches of 512, 3 warmup and 10 timed steps at lr 0.001
+  (at 0.01 every side's loss passed 400 within the first steps): about 15 s a row, a minute with both peers and
+  the device store.
 Stores: ``device`` (every row in device memory), ``host`` (a device cache of 10% of the rows over host memory)
 and ``ssd`` (an HDF5 file under a host cache under a device cache). The ssd store's caches are sized on the keys
 the data touches, which are its table's rows by the end: 10% and 25% of them, the device cache at least twice a
@@ -22,7 +30,7 @@ update into the backward, as gpuemb does; the plain one steps ``nn.EmbeddingBag`
 optimizer. A run trains ``--warmup`` steps (numba compiles, caches fill), then times ``--steps``: samples/s is
 their samples over their seconds.
 
-On the CPU, each config ends with its GEMM floor (``gemm_floor.py``: the step's MLP matmuls timed bare in the
+On the CPU, each DLRM config ends with its GEMM floor (``gemm_floor.py``: the step's MLP matmuls timed bare in the
 same run) and each row's step time over it. ``--overhead`` adds the share of a step spent outside kernels and
 BLAS, bounded from above by the step time at a tiny batch (``OVERHEAD_BATCH``, where the arrays are too small to
 cost anything) over the step time at ``--batch-size``; ``--profile FILE`` writes a cProfile of the device store's
@@ -37,7 +45,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -52,28 +60,67 @@ from gpuemb.train.data import DataSet
 from gpuemb.train.loop import Batches
 from gpuemb.train.run import Run
 
-PEERS = {"torchrec": "TorchRec DLRM (FBGEMM TBE)", "torch": "torch DLRM"}  # the peer columns, strongest first
+PEERS = {"torchrec": "TorchRec {} (FBGEMM TBE)", "torch": "torch {}"}  # the peer columns (of the model), strongest first
 CACHE_FRACTION = 0.10  # the host store's device cache, as a share of all the rows of the tables
 # The ssd store's device and host caches, as shares of the keys the data touches (the module docstring says why)
 SSD_CACHE_FRACTION, SSD_HOST_CACHE_FRACTION = 0.10, 0.25
 OVERHEAD_BATCH = 32
+PER_CONFIG = ("batch_size", "steps", "warmup", "lr")  # settings a config sets, unless the flags do
 DENSE = {"sgd": "sgd", "adagrad": "adagrad", "rowwise_adagrad": "adagrad"}  # the dense layers' rule, by the rows'
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """A DLRM shape: embedding dim, hidden widths of the bottom and top MLPs, and the cap on each table."""
+    """A model's shape: embedding dim, hidden widths of the bottom MLP (to the dim) and the top MLP, the cap on
+    each table; ``cross``: DCN-v2's (layers, rank) of low-rank crosses over ``[embeddings, bottom]`` in place of
+    DLRM's dot interaction; the tables' cardinalities before the cap and their ids a row (``hotness``, () is one
+    each); the batch size and step counts a run takes unless its flags say otherwise."""
     dim: int
     bottom: tuple
     top: tuple
     cap: int
+    cross: tuple = None
+    full: tuple = synthetic.CRITEO_CARDINALITIES
+    hotness: tuple = ()
+    batch_size: int = 2048
+    steps: int = 30
+    warmup: int = 5
+    lr: float = 0.01
 
     def cardinalities(self):
-        return tuple(min(c, self.cap) for c in synthetic.CRITEO_CARDINALITIES)
+        return tuple(min(c, self.cap) for c in self.full)
+
+    def model_settings(self):
+        """The model settings of gpuemb's run of this shape. DLRM-DCNv2's rows start small, as its preset's do: a
+        sum of 100 rows of uniform(±1/sqrt(D)) starts the loss far from log 2 (0.96 against the peers' 0.59 over
+        4 steps at lr 0.001)."""
+        if self.cross is None:
+            return {"model": "dlrm", "model_args": {"bottom": list(self.bottom), "top": list(self.top)}}
+        return {"model": "dcn", "model_args": {"bottom": [*self.bottom, self.dim], "n_cross": self.cross[0],
+                                               "rank": self.cross[1], "deep": list(self.top)},
+                "embedding_init": "normal", "embedding_init_scale": 0.01}
+
+    @property
+    def model_name(self):
+        return "DLRM" if self.cross is None else "DCNv2"
+
+    def describe(self):
+        cross = (f", {self.cross[0]} low-rank cross layers of rank {self.cross[1]} over [embeddings, bottom]"
+                 if self.cross else "")
+        hot = f", {sum(self.hotness)} ids a row summed per feature" if self.hotness else ""
+        return (f"dim {self.dim}, bottom {'-'.join(map(str, self.bottom + (self.dim,)))}{cross}, top "
+                f"{'-'.join(map(str, self.top + (1,)))}, {len(self.full)} tables capped at {self.cap:,} "
+                f"({sum(self.cardinalities()):,} rows){hot}")
 
 
+# The DLRM shapes: tools/gemm_floor.py and tools/gpu_floor.py count their matmuls
 CONFIGS = {"kaggle": BenchConfig(16, (512, 256, 64), (512, 256), 1_000_000),
            "mlperf": BenchConfig(128, (512, 256), (1024, 1024, 512, 256), 200_000)}
+# The DCN-v2 ones, which the floors do not count (no dot interaction, and the crosses' matmuls)
+DCN_CONFIGS = {"mlperf-dcnv2": BenchConfig(128, (512, 256), (1024, 1024, 512, 256), 200_000, cross=(3, 512),
+                                           full=synthetic.MLPERF_CARDINALITIES, hotness=synthetic.MLPERF_HOTNESS,
+                                           batch_size=512, steps=10, warmup=3, lr=0.001)}
+ALL_CONFIGS = {**CONFIGS, **DCN_CONFIGS}
 
 
 class MemorySource:
@@ -90,20 +137,26 @@ class MemorySource:
 
 def dataset(bc, batch_size, n_batches, seed=0):
     """A DataSet of ``n_batches`` batches of the config's synthetic data."""
-    cfg = synthetic.SyntheticConfig(cardinalities=bc.cardinalities(), seed=seed)
+    cfg = synthetic.SyntheticConfig(cardinalities=bc.cardinalities(), hotness=bc.hotness, seed=seed)
     source = MemorySource(cfg, batch_size * n_batches, batch_size)
     return DataSet(source, source, cfg.n_dense, len(cfg.cardinalities), source.layout.label_names,
-                   source.layout.sparse_names, "bench_train synthetic data")
+                   source.layout.sparse_names, "bench_train synthetic data",
+                   hotness=cfg.hot if max(cfg.hot) > 1 else None)
+
+
+def unique_keys(sparse, hot):
+    """Distinct (table, id) pairs in ``sparse``, whose table t holds ``hot[t]`` columns side by side."""
+    ends = np.cumsum(hot)
+    return sum(np.unique(sparse[:, e - h:e]).size for e, h in zip(ends, hot))
 
 
 def ssd_caches(data, batch_size):
     """The ssd store's caches for ``data``: (keys it touches, device cache rows, host cache rows); see the module
     docstring. A batch's unique keys are counted on the data's batches in order: the loader's shuffled ones are
     drawn alike."""
-    sparse = data.train.rows.sparse
-    touched = sum(np.unique(column).size for column in sparse.T)
-    peak = max(sum(np.unique(column).size for column in sparse[i:i + batch_size].T)
-               for i in range(0, len(sparse), batch_size))
+    sparse, hot = data.train.rows.sparse, data.hotness or (1,) * data.n_features
+    touched = unique_keys(sparse, hot)
+    peak = max(unique_keys(sparse[i:i + batch_size], hot) for i in range(0, len(sparse), batch_size))
     device = max(int(SSD_CACHE_FRACTION * touched), 2 * peak)  # a step's rows and the next one's prefetch
     return touched, device, max(int(SSD_HOST_CACHE_FRACTION * touched), 2 * device)
 
@@ -112,7 +165,7 @@ def train_config(bc, args, store, pipeline, batch_size, caches=None):
     """``caches``: the ssd store's (device, host) cache rows."""
     cache, host_cache = (int(CACHE_FRACTION * sum(bc.cardinalities())), 0) if caches is None else caches
     return TrainConfig.from_dict(dict(
-        model="dlrm", model_args={"bottom": list(bc.bottom), "top": list(bc.top)}, embedding_dim=bc.dim,
+        **bc.model_settings(), embedding_dim=bc.dim,
         batch_size=batch_size, optimizer=DENSE[args.optimizer], embedding_optimizer=args.optimizer, lr=args.lr,
         embedding_lr=args.lr, store=store, cache_rows=cache if store != "device" else 0,
         host_cache_rows=host_cache if store == "ssd" else 0, steps=args.warmup + args.steps + 1, progress=False,
@@ -154,16 +207,17 @@ def ours(config, data, warmup, steps, profile=None):
 def peer(name, bc, data, args):
     """A peer's samples/s and mean loss on the same batches as ours (the Run's loader settings): "torchrec" or
     "torch"."""
-    n = len(bc.cardinalities())
+    hot = data.hotness or (1,) * data.n_features
     if name == "torchrec":
-        model = bench_train_torchrec.build(13, bc.cardinalities(), bc.dim, bc.bottom, bc.top, args.optimizer, args.lr)
+        model = bench_train_torchrec.build(13, bc.cardinalities(), bc.dim, bc.bottom, bc.top, args.optimizer, args.lr,
+                                           cross=bc.cross)
     else:
-        model = bench_train_torch.build(13, bc.cardinalities(), bc.dim, bc.bottom, bc.top)
+        model = bench_train_torch.build(13, bc.cardinalities(), bc.dim, bc.bottom, bc.top, hot, bc.cross)
     loader = Loader(data.train, LoaderConfig(args.batch_size, shuffle=True, seed=0))
     with Batches(loader) as batches:
         if name == "torchrec":
             rate, loss = bench_train_torchrec.samples_per_s(model, batches, args.warmup, args.steps, args.optimizer,
-                                                            args.lr, n)
+                                                            args.lr, hot)
         else:
             rate, loss = bench_train_torch.samples_per_s(model, batches, args.warmup, args.steps, args.optimizer,
                                                          args.lr, cuda=backend.DEVICE == "cuda")
@@ -183,23 +237,24 @@ def overhead(bc, args):
 
 def bench(name, args, pipelines):
     """Every row of one config: torch first, then each store and pipeline setting."""
-    bc = CONFIGS[name]
+    bc = ALL_CONFIGS[name]
     if args.cap:
-        bc = BenchConfig(bc.dim, bc.bottom, bc.top, args.cap)
+        bc = replace(bc, cap=args.cap)
+    # the flags given, else the config's own batch and step counts
+    args = argparse.Namespace(**{**vars(args), **{k: getattr(bc, k) if getattr(args, k) is None else getattr(args, k)
+                                                  for k in PER_CONFIG}})
     data = dataset(bc, args.batch_size, args.warmup + args.steps + 2)
-    print(f"\n{name}: dim {bc.dim}, bottom {'-'.join(map(str, bc.bottom + (bc.dim,)))}, top "
-          f"{'-'.join(map(str, bc.top + (1,)))}, 26 tables capped at {bc.cap:,} ({sum(bc.cardinalities()):,} rows), "
-          f"batch {args.batch_size}, {args.warmup} + {args.steps} timed steps, {args.optimizer} lr {args.lr:g}",
-          flush=True)
+    print(f"\n{name}: {bc.describe()}, batch {args.batch_size}, {args.warmup} + {args.steps} timed steps, "
+          f"{args.optimizer} lr {args.lr:g}", flush=True)
     touched, ssd_cache, ssd_host_cache = ssd_caches(data, args.batch_size)
     print(f"  caches: host store, device {int(CACHE_FRACTION * sum(bc.cardinalities())):,} rows; ssd store, device "
           f"{ssd_cache:,} and host {ssd_host_cache:,} rows, over a table of the {touched:,} keys the data touches",
           flush=True)
     peers = {}
-    for name in PEERS:
-        if getattr(args, name):
-            peers[name] = p = peer(name, bc, data, args)
-            print(f"  {PEERS[name]:<27}{p['samples_per_s']:>12,.0f} samples/s  ({p['step_ms']:.1f} ms a step, "
+    for who in PEERS:  # not ``name``, the config's, which the rows and the result record
+        if getattr(args, who):
+            peers[who] = p = peer(who, bc, data, args)
+            print(f"  {PEERS[who].format(bc.model_name):<27}{p['samples_per_s']:>12,.0f} samples/s  ({p['step_ms']:.1f} ms a step, "
                   f"loss {p['loss']:.4f})", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
@@ -212,8 +267,8 @@ def bench(name, args, pipelines):
                 profile = args.profile if store == "device" and pipeline == pipelines[0] else None
                 r = {"config": name, "store": store, "pipeline": "on" if pipeline else "off",
                      **ours(config, data, args.warmup, args.steps, profile)}
-                for name, p in peers.items():
-                    r[f"vs_{name}"] = r["samples_per_s"] / p["samples_per_s"]
+                for who, p in peers.items():
+                    r[f"vs_{who}"] = r["samples_per_s"] / p["samples_per_s"]
                 device = next((x for x in rows if x["store"] == "device" and x["pipeline"] == r["pipeline"]), None)
                 r["vs_device"] = r["samples_per_s"] / device["samples_per_s"] if device else None
                 rows.append(r)
@@ -221,10 +276,13 @@ def bench(name, args, pipelines):
                 if store == "ssd" and r["table_keys"] <= ssd_host_cache:
                     print(f"    the ssd table's {r['table_keys']:,} keys fit its host cache: no evicted row came "
                           "back from the file (more --steps or a larger --batch-size)", flush=True)
-    result = {"config": name, "shape": asdict(bc), "rows_in_tables": sum(bc.cardinalities()),
+    result = {"config": name, "shape": asdict(bc), **{k: getattr(args, k) for k in PER_CONFIG},
+              "rows_in_tables": sum(bc.cardinalities()),
               "cache_rows": int(CACHE_FRACTION * sum(bc.cardinalities())), "touched_keys": touched,
               "ssd_cache_rows": ssd_cache, "ssd_host_cache_rows": ssd_host_cache, "peers": peers, "rows": rows}
-    if backend.DEVICE == "cpu":  # NumPy's BLAS is the CPU step's; a GPU's floor is tools/gpu_floor.py's
+    if backend.DEVICE == "cpu" and bc.cross is not None:
+        print("  no GEMM floor: tools/gemm_floor.py counts a DLRM's matmuls, not the cross layers'", flush=True)
+    elif backend.DEVICE == "cpu":  # NumPy's BLAS is the CPU step's; a GPU's floor is tools/gpu_floor.py's
         result["gemm_floor_ms"] = f = gemm_floor.gemm_floor_ms(bc, args.batch_size)
         for r in rows:
             r["vs_gemm_floor"] = r["step_ms"] / f
@@ -253,15 +311,16 @@ def format_row(r):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", nargs="+", choices=sorted(CONFIGS), default=["kaggle"], help="default: kaggle")
-    ap.add_argument("--batch-size", type=int, default=2048)
-    ap.add_argument("--steps", type=int, default=30, help="timed steps per row (default 30)")
-    ap.add_argument("--warmup", type=int, default=5, help="steps before timing (default 5)")
+    ap.add_argument("--config", nargs="+", choices=sorted(ALL_CONFIGS), default=["kaggle"], help="default: kaggle")
+    ap.add_argument("--batch-size", type=int, help="default: the config's, 2048 (mlperf-dcnv2: 512)")
+    ap.add_argument("--steps", type=int, help="timed steps per row (default: the config's, 30; mlperf-dcnv2: 10)")
+    ap.add_argument("--warmup", type=int, help="steps before timing (default: the config's, 5; mlperf-dcnv2: 3)")
     ap.add_argument("--stores", nargs="+", choices=("device", "host", "ssd"), default=["device", "host", "ssd"])
     ap.add_argument("--pipeline", choices=("on", "off", "both"), default="both")
     ap.add_argument("--optimizer", choices=tuple(DENSE), default="adagrad",
                     help="the rows' rule on every side, and SGD or Adagrad for the dense layers (default adagrad)")
-    ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--lr", type=float, help="every side's rows and dense layers (default: the config's, 0.01; "
+                    "mlperf-dcnv2: 0.001)")
     ap.add_argument("--cap", type=int, help="rows per table at most (default: the config's)")
     ap.add_argument("--no-torchrec", dest="torchrec", action="store_false", help="skip the TorchRec peer")
     ap.add_argument("--no-torch", dest="torch", action="store_false", help="skip the plain PyTorch peer")
@@ -269,7 +328,7 @@ def main(argv=None):
     ap.add_argument("--profile", metavar="FILE", help="cProfile the device store's timed steps into FILE")
     ap.add_argument("--json", metavar="FILE", help="also write every row and the settings as JSON")
     args = ap.parse_args(argv)
-    if min(args.batch_size, args.steps) < 1 or args.warmup < 0:
+    if any(v is not None and v < 1 for v in (args.batch_size, args.steps)) or (args.warmup or 0) < 0:
         ap.error("--batch-size and --steps must be >= 1, --warmup >= 0")
     if args.torch and not bench_train_torch.available():
         print("torch does not import here: no plain torch column (install torch, or pass --no-torch)")
@@ -291,6 +350,9 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             settings = {k: v for k, v in vars(args).items() if k not in ("json", "profile")}  # no local paths
+            for k in PER_CONFIG:  # what ran, where every config ran the same (tools/gpu_floor.py reads the batch)
+                ran = {r[k] for r in results}
+                settings[k] = ran.pop() if len(ran) == 1 else None
             json.dump({"device": info, "settings": settings, "alpha": synthetic.SyntheticConfig().alpha,
                        "load_average": os.getloadavg(), "results": results}, f, indent=1)
     return 0

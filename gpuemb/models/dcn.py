@@ -1,7 +1,9 @@
 """DCN-v2 (Wang et al. 2021, "DCN V2: Improved Deep & Cross Network and Practical Lessons for Web-scale Learning
 to Rank Systems").
 
-The input ``x0`` is the flattened embeddings with the dense features concatenated (as in the paper). Cross
+The input ``x0`` is the flattened embeddings with the dense features concatenated (as in the paper), or with
+the output of a bottom MLP over the dense features (MLPerf's DLRM-DCNv2, where the 13 dense features go through
+512-256-128 first, as DLRM's do, so they enter the crosses as one 128-wide field like an embedding). Cross
 layers ``x_{l+1} = x0 ⊙ (x_l·W + b) + x_l`` (the fused ``Cross`` kernel; ``W = U·Vᵀ`` when low-rank) learn
 explicit crosses, a deep MLP learns implicit ones; they are stacked (cross, then deep) or side by side.
 """
@@ -52,11 +54,16 @@ class DCNv2(RecModel):
     - ``structure="stacked"``: the deep MLP after the cross network; ``"parallel"``: both read x0 and a
       Linear maps their concatenated outputs to the logit.
     - ``deep=(256, 128)``: hidden widths of the deep MLP (ReLU). ``dropout=0.0``: after its hidden layers.
+    - ``bottom=None``: the dense features are concatenated as they are; a tuple of widths puts them through the
+      MLP ``[n_dense, *bottom]`` first (ReLU after every layer, the last included), and its output is
+      concatenated instead. MLPerf's DLRM-DCNv2 is ``bottom=(512, 256, 128), n_cross=3, rank=512,
+      deep=(1024, 1024, 512, 256)`` at D = 128.
 
-    d = F·D + n_dense: dense features are concatenated to the flattened embeddings.
+    d = F·D + n_dense, or F·D + bottom[-1]: the dense part is concatenated to the flattened embeddings.
     """
 
-    defaults = {"n_cross": 3, "rank": None, "structure": "stacked", "deep": (256, 128), "dropout": 0.0}
+    defaults = {"n_cross": 3, "rank": None, "structure": "stacked", "deep": (256, 128), "dropout": 0.0,
+                "bottom": None}
     mixed_dims = True  # the rows go side by side into an MLP: each table may have its own dim
 
     def __init__(self, n_dense, tables, seed=0, **hyper):
@@ -64,8 +71,10 @@ class DCNv2(RecModel):
         n_cross, rank, structure = self.integer("n_cross", 1), self.integer("rank", 1, True), self.hyper["structure"]
         if structure not in STRUCTURES:
             self.fail("structure", structure, f"use one of {', '.join(STRUCTURES)}")
-        d = self.embeddings.width + self.n_dense
         deep, dropout = self.sizes("deep"), self.probability("dropout")
+        self.bottom = self._bottom()
+        d = self.embeddings.width + (self.bottom.layers[-1].weight.shape[0] if self.bottom is not None else
+                                     self.n_dense)
         self.structure = structure
         self.cross = [CrossLayer(d, rank, self.next_seed()) for _ in range(n_cross)]
         if self.structure == "stacked":
@@ -74,8 +83,18 @@ class DCNv2(RecModel):
             self.deep = MLP([d, *deep], dropout, last_activation="relu", seed=self.next_seed()) if deep else None
             self.out = Linear(d + (deep[-1] if deep else 0), 1, seed=self.next_seed())
 
+    def _bottom(self):
+        if self.hyper["bottom"] is None:
+            return None
+        widths = self.sizes("bottom", allow_empty=False)
+        if self.n_dense < 1:
+            self.fail("bottom", self.hyper["bottom"], "a bottom MLP reads the dense features and this data has "
+                      "none; leave bottom out")
+        return MLP([self.n_dense, *widths], last_activation="relu", seed=self.next_seed())
+
     def head(self, dense, emb):
-        x0 = flat_with_dense(emb, self.dense_input(dense, emb.shape[0]))
+        dense = self.dense_input(dense, emb.shape[0])
+        x0 = flat_with_dense(emb, dense if self.bottom is None else self.bottom(dense))
         x = x0
         for layer in self.cross:
             x = layer(x0, x)

@@ -23,7 +23,7 @@ def dlrm(g, model, dense, emb, F, D):
 
 
 def dcn(g, model, dense, emb, F, D):
-    x0 = L.flat_with_dense(g, emb, dense, F, D)
+    x0 = L.flat_with_dense(g, emb, dense if model.bottom is None else L.mlp(g, dense, model.bottom), F, D)
     x = x0
     for layer in model.cross:
         x = L.cross(g, x0, x, layer)

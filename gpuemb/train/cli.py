@@ -20,6 +20,7 @@ from gpuemb.store.errors import StoreError
 from .config import FIELDS, SECTIONS, TrainConfig
 from .fields import choices_of, default_of, flag_of, key_of
 from .errors import ConfigError, TrainError
+from .recipes import RUN_PRESETS
 from .run import Reporter, train
 
 PROG = "train.py"
@@ -111,6 +112,9 @@ class ProgressBar(Reporter):
         n_dense = sum(p.size for p in run.model.parameters())
         print(f"device: {info['device']} ({info['reason']})", file=self.out)
         print(f"data: {run.data.description}", file=self.out)
+        if run.config.data.preset in RUN_PRESETS:  # what the preset is, and its cap; the lines below what runs
+            print(f"preset: {run.config.data.preset}, {RUN_PRESETS[run.config.data.preset].about} (flags and "
+                  "--config override it)", file=self.out)
         print(f"model: {run.config.model.name} {hyper}, {n_dense:,} dense parameters, tables "
               f"{', '.join(f'{n} (D={t.dim}, {run.config.store.placement})' for n, t in run.tables.items())}", file=self.out)
         if run.cluster.world_size > 1:

@@ -7,7 +7,8 @@ flag made from the key; this module maps keys to sections.
 
 A config comes from flags (``tools/train.py --batch-size 2048``), from a TOML or JSON file whose keys are the
 flags without their dashes (``batch-size = 2048`` or ``batch_size = 2048``), or both: the defaults, then the
-file, then the flags given on the command line. ``TrainConfig.of(model="dcn", steps=500)`` takes the same keys.
+file, then the flags given on the command line; a run preset (``--preset mlperf-dcnv2``, ``recipes.RUN_PRESETS``)
+sits between the defaults and the file. ``TrainConfig.of(model="dcn", steps=500)`` takes the same keys.
 An unknown key, a value of the wrong type or out of range, and a combination that cannot work raise
 :class:`ConfigError` naming the flag and what to use instead.
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 
 from gpuemb.autograd.plain import plain
 
+from . import recipes
 from .errors import ConfigError
 from .sections import (CheckpointSettings, DataSettings, DistributedSettings, ModelSettings, OptimizationSettings,
                        OutputSettings, RunSettings, StoreSettings)
@@ -67,8 +69,8 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, values, where="config"):
         """A config from flat keys (flag names, dashes or underscores) or ``to_dict()``'s sections; the rest at
-        their defaults."""
-        return cls._build(normalize(flatten(values), where))
+        their run preset's, if one is named, else their defaults."""
+        return cls._build(recipes.with_preset(normalize(flatten(values), where)))
 
     @classmethod
     def from_file(cls, path, overrides=None):
@@ -79,7 +81,7 @@ class TrainConfig:
         for key in [k for k in overrides if FIELDS[k].metadata["kind"] == "dict"]:
             if isinstance(values.get(key), dict):
                 overrides[key] = {**values[key], **overrides[key]}
-        return cls._build({**values, **overrides})
+        return cls._build(recipes.with_preset({**values, **overrides}))
 
     def replace(self, **values):
         """A copy with the settings of these keys changed."""

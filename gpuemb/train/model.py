@@ -1,7 +1,8 @@
 """The model of a run: its embedding tables as ``TableConfig``s, then ``gpuemb.models.build``.
 
 ``--tables shared`` (the default) puts every sparse feature in one table, so a batch costs one lookup; with
-``per-feature`` each feature has its own table, named after its column. The rows' update rule and lr come from
+``per-feature`` each feature has its own table, named after its column, of ``--embedding-dim`` or its own
+``--table-dim NAME=DIM`` (for the models that concatenate the rows). The rows' update rule and lr come from
 ``--embedding-optimizer`` and ``--embedding-lr``, their tiers from ``--store``, their stored dtype from
 ``--embedding-dtype``, their admission and eviction from ``--admit-after`` and ``--evict-*``; new rows are drawn
 from the run's seed, so a key's initial row is the same whenever it
@@ -31,7 +32,8 @@ def table_configs(config, data, ssd_dir=None, lr=None):
         return StoreOptions(store.placement, store.cache_rows, store.host_cache_rows, ssd_path=path)
 
     def table(name):
-        return TableConfig(name, config.model.embedding_dim, SHORT_DTYPES[store.embedding_dtype],
+        dim = config.model.table_dims.get(name, config.model.embedding_dim)
+        return TableConfig(name, dim, SHORT_DTYPES[store.embedding_dtype],
                            initializer=Initializer(o.embedding_init, o.embedding_init_scale, config.run.seed),
                            rule=RULES[o.embedding_optimizer](), lr=o.embedding_lr if lr is None else lr,
                            options=options(name), admit_after=store.admit_after, evict=store.eviction(),
@@ -39,6 +41,10 @@ def table_configs(config, data, ssd_dir=None, lr=None):
 
     if config.model.tables == "shared":
         return table("embeddings")
+    unknown = sorted(set(config.model.table_dims) - set(data.sparse_names))
+    if unknown:
+        raise ConfigError(f"--table-dim: the data has no sparse feature {unknown[0]!r}; name one of "
+                          f"{', '.join(data.sparse_names)}")
     return [table(name) for name in data.sparse_names]
 
 
@@ -51,9 +57,14 @@ def build_model(config, data, ssd_dir=None, table_lr=None):
         hyper.setdefault("n_tasks", data.n_tasks)
     if getattr(data, "hotness", None):  # multi-hot: each feature's keys pooled by its collection
         hyper["hotness"] = data.hotness
+    tables = table_configs(config, data, ssd_dir, table_lr)
+    kind = models.MODELS[config.model.name]
+    if config.model.table_dims and not kind.mixed_dims and len({t.dim for t in tables}) > 1:
+        mixed = ", ".join(n for n, k in models.MODELS.items() if k.mixed_dims)
+        raise ConfigError(f"--table-dim: --model {config.model.name}'s {kind.interaction_name} needs one dim for "
+                          f"every table; drop --table-dim, or use a model that concatenates the rows ({mixed})")
     try:
-        model = models.build(config.model.name, data.n_dense, table_configs(config, data, ssd_dir, table_lr),
-                             config.run.seed, **hyper)
+        model = models.build(config.model.name, data.n_dense, tables, config.run.seed, **hyper)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"--model {config.model.name}: {e}") from None
     model.set_precision(config.optimization.precision)  # the fused MLPs' compute; the parameters stay float32

@@ -32,9 +32,22 @@ class ModelSettings(Section):
     name: str = setting("dlrm", "the model to train", choices=models.MODELS, key="model")
     args: dict = setting(None, "a model hyperparameter, KEY=VALUE (VALUE read as JSON, else text); repeat for more "
                          "(docs/models.md lists them)", kind="dict", key="model_args", flag="--model-arg")
-    embedding_dim: int = setting(16, "width D of every embedding row", low=1)
+    embedding_dim: int = setting(16, "width D of every embedding row (but those given a --table-dim)", low=1)
     tables: str = setting("shared", "one table shared by all sparse features (one lookup a batch), or one table "
                           "per feature", choices=TABLES)
+    table_dims: dict = setting(None, "per-feature tables: a feature's own dim, NAME=DIM (NAME its sparse column, "
+                               "C1..C26 on the synthetic data); repeat for more, the others keep --embedding-dim. "
+                               "For the models that concatenate the rows: dcn, wide_deep, mmoe", kind="dict",
+                               flag="--table-dim")
+
+    def check(self):
+        bad = {k: v for k, v in self.table_dims.items() if isinstance(v, bool) or not isinstance(v, int) or v < 1}
+        if bad:
+            name, value = next(iter(bad.items()))
+            self.fail("table_dims", f"{name}={value!r}; give each feature's dim as an int >= 1, NAME=DIM")
+        if self.table_dims and self.tables != "per-feature":
+            self.fail("table_dims", "gives features dims of their own, which needs a table per feature; add "
+                      "--tables per-feature")
 
 
 @dataclass(frozen=True)
@@ -51,7 +64,9 @@ class DataSettings(Section):
     eval_data: str = setting(None, "shards: the eval split's folder or file (default: the 'test' or 'val' folder "
                              "beside 'train')", kind="str", resumable=True)
     preset: str = setting("quick", "synthetic: the data's shape; 'quick' is sized for a CPU run of about two "
-                          "minutes, the others are gpuemb.io.synthetic.PRESETS", choices=PRESETS)
+                          "minutes, the others are gpuemb.io.synthetic.PRESETS; mlperf-dcnv2 also sets the model, "
+                          "dims and rules of MLPerf's DLRM-DCNv2, under the flags given (docs/models.md)",
+                          choices=PRESETS)
     train_rows: int = setting(None, "synthetic: rows in the training set, made as they are read (default "
                               "4,194,304, more than the default run's 800 batches of 4,096)", kind="int", low=1)
     eval_rows: int = setting(100_000, "rows evaluated: the synthetic eval set's size, or a cap on the shards' eval "

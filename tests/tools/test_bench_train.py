@@ -1,5 +1,6 @@
 """tools/bench_train.py and tools/gpu_floor.py as a user runs them (a subprocess, tiny shapes), and the floor's
 arithmetic against a count by hand."""
+import importlib
 import importlib.util
 import json
 import os
@@ -81,6 +82,48 @@ def test_the_torchrec_peer_trains_the_same_batches_side_by_side(tmp_path, rule):
     assert ("torch" in result["peers"]) == (rule == "sgd")
 
 
+def test_the_mlperf_dcnv2_config_trains_beside_its_peers(tmp_path):
+    pytest.importorskip("torch", reason="the peers need torch, which the test extra installs")
+    rec = importlib.util.find_spec("torchrec") is not None
+    # MLPerf's whole dense model (16M weights) over tiny tables: a step at batch 64 is about a tenth of a second
+    out = tool("bench_train.py", "--config", "mlperf-dcnv2", "--cap", "500", "--batch-size", "64", "--steps", "2",
+               "--warmup", "1", "--stores", "device", "--pipeline", "on", "--json", str(tmp_path / "t.json"),
+               *(() if rec else ("--no-torchrec",)))
+    assert out.returncode == 0, out.stderr
+    r = json.loads((tmp_path / "t.json").read_text())
+    (result,) = r["results"]
+    assert result["config"] == "mlperf-dcnv2" and r["settings"]["batch_size"] == 64
+    assert result["shape"]["cross"] == [3, 512] and sum(result["shape"]["hotness"]) == 214
+    (row,) = result["rows"]
+    assert row["config"] == "mlperf-dcnv2" and 0.3 < row["loss"] < 1.5  # small rows: near log 2, not 100 of them
+    for who in ("torch", "torchrec") if rec else ("torch",):
+        peer = result["peers"][who]
+        assert peer["samples_per_s"] > 0 and 0.3 < peer["loss"] < 1.5, peer
+        assert row[f"vs_{who}"] == pytest.approx(row["samples_per_s"] / peer["samples_per_s"])
+    assert "3 low-rank cross layers of rank 512" in out.stdout and "214 ids a row" in out.stdout
+    assert "torch DCNv2" in out.stdout and ("TorchRec DCNv2 (FBGEMM TBE)" in out.stdout) == rec
+    assert "no GEMM floor" in out.stdout and "gemm_floor_ms" not in result
+
+
+def _tools(*names):
+    """The modules of tools/ named, imported as the tools import each other."""
+    sys.path.insert(0, str(TOOLS))
+    try:
+        return [importlib.import_module(name) for name in names]
+    finally:
+        sys.path.remove(str(TOOLS))
+
+
+def test_the_mlperf_dcnv2_config_runs_its_own_batch_and_steps_unless_told():
+    (bench_train,) = _tools("bench_train")
+    bc = bench_train.ALL_CONFIGS["mlperf-dcnv2"]
+    assert (bc.batch_size, bc.steps, bc.warmup, bc.lr) == (512, 10, 3, 0.001)
+    assert bench_train.CONFIGS["kaggle"].batch_size == 2048 and "mlperf-dcnv2" not in bench_train.CONFIGS  # floors
+    settings = bc.model_settings()
+    assert settings["model"] == "dcn" and settings["model_args"] == {
+        "bottom": [512, 256, 128], "n_cross": 3, "rank": 512, "deep": [1024, 1024, 512, 256]}
+
+
 def _floor_module():
     sys.path.insert(0, str(TOOLS))
     try:
@@ -105,12 +148,7 @@ def test_the_floor_counts_row_bytes_and_mlp_flops_by_hand():
 
 
 def test_the_gemm_floor_times_each_matmul_of_a_step_once():
-    sys.path.insert(0, str(TOOLS))
-    try:
-        import bench_train
-        import gemm_floor
-    finally:
-        sys.path.remove(str(TOOLS))
+    bench_train, gemm_floor = _tools("bench_train", "gemm_floor")
     bc = bench_train.CONFIGS["kaggle"]
     assert gemm_floor.mlp_layers(bc) == ([13, 512, 256, 64, 16], [368, 512, 256, 1])
     calls = []

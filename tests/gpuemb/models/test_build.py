@@ -121,6 +121,8 @@ def test_unknown_model_and_bad_tables(make_tables):
     ("dcn", {"structure": "mixed"}, "DCNv2: structure='mixed'; use one of stacked, parallel"),
     ("dcn", {"rank": 0}, "DCNv2: rank=0; use an int >= 1 or None"),
     ("dcn", {"n_cross": 0}, "DCNv2: n_cross=0; use an int >= 1"),
+    ("dcn", {"bottom": ()}, r"DCNv2: bottom=\(\); use a non-empty tuple of layer widths"),
+    ("dcn", {"bottom": 128}, "DCNv2: bottom=128; use a non-empty tuple of layer widths"),
     ("deepfm", {"deep": [64, -1]}, r"DeepFM: deep=\[64, -1\]; use a tuple of layer widths"),
     ("xdeepfm", {"cin": ()}, r"XDeepFM: cin=\(\); use a non-empty tuple of layer widths"),
     ("pnn", {"dropout": -0.1}, "PNN: dropout=-0.1; use a dropout probability"),
@@ -146,6 +148,13 @@ def test_dcn_forms_and_structures(make_tables):
     low = build("dcn", N_DENSE, make_tables(F, D), rank=3, structure="parallel", deep=(16,))
     assert [(layer.u.shape, layer.v.shape) for layer in low.cross] == [((d, 3), (d, 3))] * 3
     assert low.out.weight.shape == (1, d + 16)
+    # a bottom MLP's output takes the dense features' place in x0; without one the model is as before
+    bottom = build("dcn", N_DENSE, make_tables(F, D), rank=3, bottom=(8, 5))
+    assert [layer.weight.shape for layer in bottom.bottom.layers] == [(8, N_DENSE), (5, 8)]
+    assert bottom.cross[0].u.shape == (F * D + 5, 3) and bottom.deep.layers[0].weight.shape[1] == F * D + 5
+    assert full.bottom is None
+    with pytest.raises(ValueError, match="DCNv2: bottom=\\(8,\\); a bottom MLP reads the dense features"):
+        build("dcn", 0, make_tables(F, D), bottom=(8,))
 
 
 def test_mmoe_tasks_and_experts(make_tables, rng):

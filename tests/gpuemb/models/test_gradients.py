@@ -16,6 +16,7 @@ CASES = [
     ("dcn", 3, {"n_cross": 2, "deep": (5,)}),
     ("dcn", 2, {"n_cross": 2, "rank": 3, "structure": "parallel", "deep": (4, 3)}),
     ("dcn", 0, {"n_cross": 1, "rank": 2, "structure": "parallel", "deep": ()}),
+    ("dcn", 3, {"n_cross": 2, "rank": 3, "deep": (4,), "bottom": (5, 2)}),
     ("deepfm", 3, {"deep": (5,)}),
     ("deepfm", 0, {"deep": (4, 3)}),
     ("xdeepfm", 3, {"cin": (3, 2), "deep": (4,)}),

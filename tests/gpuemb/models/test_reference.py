@@ -75,12 +75,14 @@ def test_dlrm(inputs, make_tables):
 
 
 @pytest.mark.parametrize("hyper", [{}, {"rank": 2, "structure": "parallel", "deep": (5,)},
-                                   {"structure": "parallel", "deep": ()}])
+                                   {"structure": "parallel", "deep": ()}, {"rank": 2, "bottom": (6, 4)},
+                                   {"structure": "parallel", "bottom": (3,)}])
 def test_dcn(hyper, inputs, make_tables, rng):
     dense, emb, _ = inputs
     model = build("dcn", N_DENSE, make_tables(F, D), n_cross=2, **({"deep": (5,)} | hyper))
     randomize(model, rng)
-    x0 = np.concatenate([emb.reshape(B, -1), dense], axis=1)
+    bottom = dense if model.bottom is None else np.maximum(mlp(model.bottom, dense), 0)  # ReLU on its last layer too
+    x0 = np.concatenate([emb.reshape(B, -1), bottom], axis=1)
     x = x0
     for layer in model.cross:
         weights = [layer.weight.numpy()] if layer.form == "matrix" else [layer.u.numpy(), layer.v.numpy()]

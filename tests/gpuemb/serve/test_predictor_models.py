@@ -10,7 +10,8 @@ from gpuemb.serve.bundle import write_bundle
 
 # (model, hyperparameters) of every model and every structural variant its emitter has
 CASES = [("dlrm", {"bottom": (8,), "top": (16,)}), ("dlrm", {"bottom": (8,), "top": (16,), "self_interaction": True}),
-         ("dcn", {"n_cross": 2, "deep": (16,)}), ("dcn", {"rank": 3, "structure": "parallel", "deep": (16,)}),
+         ("dcn", {"n_cross": 2, "deep": (16,)}), ("dcn", {"n_cross": 2, "rank": 3, "deep": (16,), "bottom": (8, 4)}),
+         ("dcn", {"rank": 3, "structure": "parallel", "deep": (16,)}),  # the last: the dense-free test's
          ("deepfm", {"deep": (16,)}), ("xdeepfm", {"cin": (4, 3), "deep": (16,)}), ("pnn", {"deep": (16,)}),
          ("wide_deep", {"deep": (16,)}), ("mmoe", {"expert": (8,), "tower": (4,)}),
          ("mmoe", {"n_tasks": 1, "expert": (8,), "tower": (4,)})]
