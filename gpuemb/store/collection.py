@@ -170,8 +170,9 @@ class EmbeddingCollection(Module):
         return [(self.tables[0], keys, offsets, weights)]
 
     def _pooled(self, bags):
-        B = np.shape(bags[0][1])[0] - 1 if bags else 0
-        rows = [t.lookup(k, o, self.mode, self.training, w) for t, k, o, w in self._bag_lookups(bags)]
+        lookups = self._bag_lookups(bags)  # checks the bags
+        B = (lookups[0][2].size - 1) // (self.n_features if self.shared else 1)
+        rows = [t.lookup(k, o, self.mode, self.training, w) for t, k, o, w in lookups]
         if self.shared:  # [F·B, D] -> [B, F, D]
             return rows[0].reshape(self.n_features, B, self.dim).transpose(1, 0, 2)
         return self._side_by_side(rows, B)
