@@ -9,7 +9,12 @@ device store's budget (one read of the loss), while the loader's thread uploads 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from gpuemb.io.shards import ShardWriter, WriteOptions
+
+from .test_train_jagged import LAYOUT, planted_rows
 
 TRAIN = Path(__file__).resolve().parents[2] / "tools" / "train.py"
 pytestmark = pytest.mark.gpu  # runs where there is a device: the emulation pass of .ci/run, or a GPU
@@ -19,10 +24,10 @@ MODELS = {"dlrm": ["--model", "dlrm", "--model-arg", "bottom=[16]", "--model-arg
           "dcn": ["--model", "dcn", "--model-arg", "n_cross=2", "--model-arg", "deep=[16,8]"]}
 
 
-def run(mpi_run, tmp_path, name, device, *args, ranks=1):
+def run(mpi_run, tmp_path, name, device, *args, ranks=1, base=TINY):
     """The records of ``tools/train.py`` on ``device``, after it ended well."""
     metrics = tmp_path / f"{name}.jsonl"
-    out = mpi_run(ranks, TRAIN, "--device", device, *TINY, *args, "--metrics-out", metrics, timeout_s=600,
+    out = mpi_run(ranks, TRAIN, "--device", device, *base, *args, "--metrics-out", metrics, timeout_s=600,
                   GPUEMB_DEVICE=device, GPUEMB_COMM_TIMEOUT="120")
     assert out.returncode == 0, out.stdout + out.stderr
     return [json.loads(line) for line in metrics.read_text().splitlines()]
@@ -82,3 +87,20 @@ def test_two_ranks_with_nccl_on_the_emulated_device_equal_mpi_on_the_cpu(mpi_run
     cpu = run(mpi_run, tmp_path, "cpu", "cpu", *args, "--comm-backend", "mpi", ranks=2)
     emulated = run(mpi_run, tmp_path, "nccl", "emulated", *args, "--comm-backend", "nccl", ranks=2)
     assert_same_run(cpu, emulated)
+
+
+def test_jagged_shards_on_the_emulated_device_equal_the_cpu_run(mpi_run, tmp_path):
+    """Bags of any length (empty ones too) go up with the batch as JaggedFeatures and are pooled on the device."""
+    rng = np.random.default_rng(5)
+    weights = rng.normal(0, 1, (4, 300))
+    for split, n in (("train", 256), ("test", 64)):
+        writer = ShardWriter(tmp_path / "shards" / split, LAYOUT, WriteOptions(chunk_rows=64, rows_per_shard=128))
+        writer.append(planted_rows(n, rng, weights))
+        writer.close()
+    args = [*MODELS["dlrm"], "--data", tmp_path / "shards", "--model-arg", "pooling=mean"]
+    base = [a for a in TINY if a not in ("--train-rows", "512")]  # shards have their own rows
+    cpu = run(mpi_run, tmp_path, "cpu", "cpu", *args, base=base)
+    emulated = run(mpi_run, tmp_path, "emulated", "emulated", *args, base=base)
+    assert_same_run(cpu, emulated)
+    trains = [r for r in emulated if r["kind"] == "train"]
+    assert sum(r["transfers_ahead"]["to_device"] for r in trains) >= 1, trains  # the bags went up with the batch
