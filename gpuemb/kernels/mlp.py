@@ -82,14 +82,13 @@ def linear_forward_cpu(x, W, b, relu=False, p=0.0, seed=0, step=0, training=True
 
 
 def weight_grad_cpu(g, x, with_bias=True):
-    # gW = g.T @ x = (x.T @ g).T. OpenBLAS reduces over the batch several times faster when the product it forms
-    # is at least as tall as it is wide: at batch 2048 on 2 cores, [512 in, 256 out] took 33 ms as (x.T @ g).T
-    # against 56 ms as g.T @ x, and [368 in, 512 out] 41 ms as g.T @ x against 163 ms the other way. So form
-    # the taller of the two; transposing back copies one weight-sized array.
+    # gW = g.T @ x, formed as x.T @ g written through the transpose of a C-ordered gW: BLAS takes both operands
+    # and the output as they lie, so nothing is copied. Forming (x.T @ g).T and copying it back to C order cost a
+    # [1024, 3456] weight 63 ms at batch 512 on 2 cores, against 19 ms so (mlperf-dcnv2's first top layer).
     gb = g.sum(axis=0) if with_bias else None
-    if x.shape[1] >= g.shape[1]:
-        return np.ascontiguousarray((x.T @ g).T), gb
-    return g.T @ x, gb
+    gW = np.empty((g.shape[1], x.shape[1]), np.result_type(g, x))
+    np.matmul(x.T, g, out=gW.T)
+    return gW, gb
 
 
 def input_grad_cpu(g, W, mask=None, scale=1.0):
