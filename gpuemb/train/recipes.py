@@ -72,7 +72,8 @@ def with_preset(given):
     """``given`` (keys to values: what the flags and a config file set) over the settings of the run preset its
     ``preset`` names, if any. A given ``--model`` other than the preset's drops the preset's hyperparameters (they
     are its model's); given ones add to them. ``--epochs`` drops its step count."""
-    preset = RUN_PRESETS.get(given.get("preset"))
+    name = given.get("preset")
+    preset = RUN_PRESETS.get(name) if isinstance(name, str) else None  # a list or table is refused once built
     if preset is None:
         return given
     fill = dict(preset.settings)

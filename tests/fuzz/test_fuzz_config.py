@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from gpuemb.autograd.plain import plain
 from gpuemb.train import cli
@@ -136,6 +136,8 @@ KEYS = st.sampled_from(sorted(FIELDS) + [k.replace("_", "-") for k in FIELDS] + 
 @FUZZ
 @given(changes=st.dictionaries(KEYS, VALUES | st.none(), max_size=4),
        args=st.dictionaries(st.sampled_from(["n_cross", "deep", "dropout"]) | st.text(max_size=6), VALUES, max_size=3))
+@example(changes={"preset": []}, args={})  # a preset looked up as a key before it was checked: TypeError once
+@example(changes={"preset": {"a": 1}, "model": ["dcn"]}, args={})
 def test_mutated_values_give_a_config_or_a_config_error(suffix, changes, args, tmp_path):
     """Settings given other values (a key may be given twice, spelled two ways), and the model's own arguments."""
     path = tmp_path / f"run{suffix}"
