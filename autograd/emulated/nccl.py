@@ -2,7 +2,7 @@
 
 The subset the project calls, with CuPy's names, signatures and constants (``cupy_backends/cuda/libs/nccl.pyx`` and
 ``nccl.pxd``): ``get_unique_id`` (bytes, as in CuPy 14), ``NcclCommunicator(ndev, commId, rank)`` with
-``allReduce``, ``allGather``, ``broadcast``, ``send``, ``recv``, ``check_async_error``, ``destroy`` and ``abort``,
+``allReduce``, ``reduceScatter``, ``allGather``, ``broadcast``, ``send``, ``recv``, ``check_async_error``, ``destroy`` and ``abort``,
 and ``groupStart``/``groupEnd``. Buffers are device pointers, as NCCL's are: an emulated array's ``data.ptr`` is the
 address of its NumPy memory, read and written here through ctypes. A call runs at once; its stream is not used.
 
@@ -11,8 +11,9 @@ Ranks are processes talking over a duplicate of MPI's COMM_WORLD, whose size and
 - reductions combine every rank's contribution in rank order, so every rank gets the same bits; max and min
   ignore NaN (``fmaxf``), avg pre-multiplies floats by 1/n and divides integer sums, truncating;
 - allGather concatenates in rank order, broadcast copies the root's buffer;
+- reduceScatter gives rank r block r (``recvcount`` elements) of the reduction;
 - in place where NCCL allows it: allReduce and broadcast with ``sendbuf == recvbuf``, allGather with
-  ``sendbuf == recvbuf + rank * bytes``. Other overlaps, which NCCL turns into garbage silently, are refused;
+  ``sendbuf == recvbuf + rank * bytes``, reduceScatter with ``recvbuf == sendbuf + rank * bytes``. Other overlaps, which NCCL turns into garbage silently, are refused;
 - a send or recv outside a group is a group of one. A group's sends and recvs start together at the outermost
   ``groupEnd`` as non-blocking MPI calls, so a group that sends to and receives from every peer cannot deadlock.
   Sends to a peer match its recvs in order; a size mismatch, which NCCL hangs on or corrupts, is an error here.
@@ -167,6 +168,17 @@ class NcclCommunicator:
             raise self._overlapping(where, "sendbuf == recvbuf")
         parts = self._gathered(_memory(sendbuf, n, where)).view(dtype).reshape(self._ndev, -1)
         _memory(recvbuf, n, where)[:] = reduce(parts).view(np.uint8)
+
+    def reduceScatter(self, sendbuf, recvbuf, recvcount, datatype, op, stream):
+        where = self._call("reduceScatter", stream)
+        dtype, n = self._sized(datatype, recvcount, where)
+        reduce = self._reduction(op, dtype, datatype, where)
+        sendbuf, recvbuf = _int(sendbuf, "sendbuf", where), _int(recvbuf, "recvbuf", where)
+        if recvbuf != sendbuf + self._rank * n and _overlap(sendbuf, n * self._ndev, recvbuf, n):
+            raise self._overlapping(where, "recvbuf == sendbuf + rank * recvcount * itemsize")
+        parts = self._gathered(_memory(sendbuf, n * self._ndev, where)).view(dtype).reshape(self._ndev, -1)
+        _memory(recvbuf, n, where)[:] = reduce(parts[:, self._rank * recvcount:(self._rank + 1) * recvcount]).view(
+            np.uint8)
 
     def allGather(self, sendbuf, recvbuf, count, datatype, stream):
         where = self._call("allGather", stream)

@@ -2,7 +2,8 @@
 
 Arrays are row-major ``[n, ...]``. ``alltoallv(send, send_counts)`` splits ``send`` by rows, the first
 ``send_counts[0]`` rows to rank 0, the next ``send_counts[1]`` to rank 1 and so on, and returns the rows received
-in rank order with how many came from each rank. Every op returns new arrays of the kind it was given (NumPy in,
+in rank order with how many came from each rank. ``reduce_scatter(x)`` reduces ``x [W·n, ...]`` over the ranks
+and gives rank r rows ``[r·n, (r+1)·n)`` of the result. Every op returns new arrays of the kind it was given (NumPy in,
 NumPy out; CuPy in, CuPy out); counts are host int64 arrays.
 
 Before moving data, every collective exchanges a small header (op, dtype, shape, extra argument, per-peer counts)
@@ -11,7 +12,8 @@ the op, the ranks and their shapes, instead of corrupted data or a hang, and all
 from it. A backend only moves bytes: ``_exchange`` for the headers and one ``_<op>`` method per op.
 
 ``bytes_sent[tag]`` adds up what this rank sends to other ranks (never to itself): exact for alltoallv, and for
-the other ops the usual algorithms' volume: allreduce ``2 (W-1)/W`` of the array (ring), allgather ``W-1`` copies
+the other ops the usual algorithms' volume: allreduce ``2 (W-1)/W`` of the array (ring), reduce_scatter
+``(W-1)/W`` of it (ring), allgather ``W-1`` copies
 of this rank's rows, broadcast ``W-1`` copies from the root. Headers are not counted.
 """
 import os
@@ -25,7 +27,7 @@ from gpuemb.autograd.backend import get_array_module, is_device_array, to_device
 
 TIMEOUT_ENV = "GPUEMB_COMM_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
-OPS = ("alltoallv", "allreduce", "allgather", "broadcast", "barrier")
+OPS = ("alltoallv", "allreduce", "allgather", "broadcast", "barrier", "reduce_scatter")
 REDUCE_OPS = ("sum", "max", "min")
 DTYPES = tuple(np.dtype(t) for t in ("float32", "float64", "int32", "int64", "float16", "uint16", "int8", "uint8",
                                      "uint32", "uint64", "bool"))
@@ -83,7 +85,8 @@ def check_agreement(table, rank):
         same = (h[_OP] == ref[_OP] and h[_DTYPE] == ref[_DTYPE] and h[_NDIM] == ref[_NDIM]
                 and np.array_equal(h[first:_EXTRA], ref[first:_EXTRA]) and h[_EXTRA] == ref[_EXTRA])
         if not same:
-            what = {"allreduce": "the same dtype, shape and reduce op", "broadcast": "the same dtype, shape and root",
+            what = {"allreduce": "the same dtype, shape and reduce op",
+                    "reduce_scatter": "the same dtype, shape and reduce op", "broadcast": "the same dtype, shape and root",
                     "barrier": "a barrier"}.get(op, "the same dtype and row shape (the row counts may differ)")
             raise CommError(
                 f"rank {rank} of {len(table)}: ranks disagree on the collective: rank 0 called {describe(ref)}"
@@ -93,7 +96,7 @@ def check_agreement(table, rank):
 
 def _extra(h):
     op = OPS[h[_OP]]
-    if op == "allreduce":
+    if op in ("allreduce", "reduce_scatter"):
         return f" op={REDUCE_OPS[h[_EXTRA]]!r}"
     return f" root={h[_EXTRA]}" if op == "broadcast" else ""
 
@@ -144,16 +147,22 @@ class Communicator:
 
     def allreduce(self, x, op="sum", tag="allreduce"):
         """The elementwise ``op`` (sum, max or min) of ``x`` over all ranks, on every rank."""
-        if op not in REDUCE_OPS:
-            raise CommError(f"{self._where('allreduce')}: op={op!r}; use one of {', '.join(REDUCE_OPS)}")
-        self._check_array("allreduce", x)
-        if x.dtype not in REDUCE_DTYPES:
-            raise CommError(f"{self._where('allreduce')}: {x.dtype} {x.shape} cannot be reduced; cast to one of "
-                            f"{', '.join(map(str, REDUCE_DTYPES))}")
-        self._agree("allreduce", x, extra=REDUCE_OPS.index(op))
+        self._check_reduction("allreduce", x, op)
         out = self._allreduce(_as_contiguous(x), op)
         W = self.world_size
         self.bytes_sent[tag] += 2 * (W - 1) * x.nbytes // W
+        return out
+
+    def reduce_scatter(self, x, op="sum", tag="reduce_scatter"):
+        """This rank's block of the elementwise ``op`` (sum, max or min) over all ranks of ``x [W·n, ...]``: rows
+        ``[rank·n, (rank+1)·n)`` of the reduction, ``[n, ...]``. Every rank passes the same shape."""
+        W = self.world_size
+        self._check_reduction("reduce_scatter", x, op, min_ndim=1)
+        if x.shape[0] % W:  # after the ranks agreed on the shape, so that every rank raises this
+            raise CommError(f"{self._where('reduce_scatter')}: {x.shape[0]} rows do not split into {W} equal "
+                            f"blocks; pad x to a multiple of {W} rows, one block a rank")
+        out = self._reduce_scatter(_as_contiguous(x), op)
+        self.bytes_sent[tag] += (W - 1) * x.nbytes // W
         return out
 
     def allgather(self, x, tag="allgather"):
@@ -224,6 +233,16 @@ class Communicator:
             raise CommError(f"{self._where(op)}: got {x.dtype} of shape {x.shape}; pass a {min_ndim}- to "
                             f"{MAX_DIMS}-D array of {', '.join(map(str, DTYPES))}")
 
+    def _check_reduction(self, name, x, op, min_ndim=0):
+        """Check ``op`` and ``x`` of a reducing collective, and agree on them with every rank."""
+        if op not in REDUCE_OPS:
+            raise CommError(f"{self._where(name)}: op={op!r}; use one of {', '.join(REDUCE_OPS)}")
+        self._check_array(name, x, min_ndim)
+        if x.dtype not in REDUCE_DTYPES:
+            raise CommError(f"{self._where(name)}: {x.dtype} {x.shape} cannot be reduced; cast to one of "
+                            f"{', '.join(map(str, REDUCE_DTYPES))}")
+        self._agree(name, x, extra=REDUCE_OPS.index(op))
+
     def _check_counts(self, send, send_counts):
         counts = to_host(send_counts)  # counts computed on the GPU are fine; the headers travel on the host
         if counts.shape != (self.world_size,) or counts.dtype.kind not in "iu" or (counts < 0).any():
@@ -252,6 +271,9 @@ class Communicator:
         raise NotImplementedError
 
     def _allreduce(self, x, op):
+        raise NotImplementedError
+
+    def _reduce_scatter(self, x, op):
         raise NotImplementedError
 
     def _allgather(self, x, rows):

@@ -19,6 +19,9 @@ class LocalCommunicator(Communicator):
     def _allreduce(self, x, op):
         return x.copy()
 
+    def _reduce_scatter(self, x, op):
+        return x.copy()
+
     def _allgather(self, x, rows):
         return x.copy()
 

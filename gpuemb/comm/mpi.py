@@ -97,6 +97,12 @@ class MpiCommunicator(Communicator):
         self._wait(self._mpi.Iallreduce(host, out, _REDUCE[op]), "allreduce", 2 * host.nbytes)
         return like(x, out)
 
+    def _reduce_scatter(self, x, op):
+        host = np.ascontiguousarray(to_host(x))
+        out = np.empty((host.shape[0] // self.world_size,) + host.shape[1:], host.dtype)
+        self._wait(self._mpi.Ireduce_scatter_block(host, out, _REDUCE[op]), "reduce_scatter", host.nbytes)
+        return like(x, out)
+
     def _allgather(self, x, rows):
         host = np.ascontiguousarray(to_host(x))
         out = np.empty((int(rows.sum()),) + host.shape[1:], host.dtype)

@@ -135,6 +135,14 @@ class NcclCommunicator(Communicator):
         self._enqueued("allreduce")
         return like(x, out)
 
+    def _reduce_scatter(self, x, op):
+        d = self._device(x)
+        out = self._cupy.empty((d.shape[0] // self.world_size,) + d.shape[1:], d.dtype)
+        self._comm.reduceScatter(d.data.ptr, out.data.ptr, out.size, self._dtypes[d.dtype], self._ops[op],
+                                 self._stream())
+        self._enqueued("reduce_scatter")
+        return like(x, out)
+
     def _allgather(self, x, rows):
         d = self._device(x)
         out = self._cupy.empty((int(rows.sum()),) + d.shape[1:], d.dtype)

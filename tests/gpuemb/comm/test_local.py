@@ -14,7 +14,8 @@ def test_every_op_returns_a_fresh_copy_of_its_input(xp, rng):
     recv, recv_counts = c.alltoallv(x, [5])
     assert type(recv) is type(x) and recv.dtype == x.dtype
     np.testing.assert_array_equal(recv_counts, [5])
-    outs = [recv, c.allreduce(x), c.allreduce(x, op="max"), c.allgather(x), c.broadcast(x, root=0)]
+    outs = [recv, c.allreduce(x), c.allreduce(x, op="max"), c.reduce_scatter(x), c.allgather(x),
+            c.broadcast(x, root=0)]
     for out in outs:
         np.testing.assert_array_equal(to_host(out), to_host(x))
         out[0, 0] += 1  # a copy: changing it leaves the input alone
@@ -50,6 +51,9 @@ def test_nothing_leaves_a_single_rank_and_reset_bytes_starts_over(rng):
     (lambda c, x: c.allreduce(x.astype(np.complex64)), "got complex64 of shape (4, 2)"),
     (lambda c, x: c.allreduce(x.astype(np.float16)), "float16 (4, 2) cannot be reduced"),
     (lambda c, x: c.allreduce(x, op="mean"), "op='mean'; use one of sum, max, min"),
+    (lambda c, x: c.reduce_scatter(x, op="avg"), "op='avg'; use one of sum, max, min"),
+    (lambda c, x: c.reduce_scatter(x[0, 0]), "got float64 of shape (); pass a 1- to 4-D array"),
+    (lambda c, x: c.reduce_scatter(x.astype(np.uint8)), "uint8 (4, 2) cannot be reduced"),
     (lambda c, x: c.broadcast(x, root=1), "root=1; use a rank in [0, 1)"),
     (lambda c, x: c.allgather(x.tolist()), "wants a NumPy or CuPy array, got list"),
 ])

@@ -56,8 +56,8 @@ def test_a_world_of_one_gives_back_its_input(nccl_comm, rng):
     d = to_device(x)
     recv, counts = nccl_comm.alltoallv(d, [9])
     assert counts.tolist() == [9] and is_device_array(recv)
-    for out in (recv, nccl_comm.allreduce(d), nccl_comm.allreduce(d, op="max"), nccl_comm.allgather(d),
-                nccl_comm.broadcast(d, root=0)):
+    for out in (recv, nccl_comm.allreduce(d), nccl_comm.allreduce(d, op="max"), nccl_comm.reduce_scatter(d),
+                nccl_comm.allgather(d), nccl_comm.broadcast(d, root=0)):
         np.testing.assert_array_equal(to_host(out), x)
     keys = rng.integers(-2 ** 62, 2 ** 62, 11)
     np.testing.assert_array_equal(to_host(nccl_comm.alltoallv(to_device(keys), [11])[0]), keys)

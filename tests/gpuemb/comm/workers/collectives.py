@@ -87,6 +87,25 @@ def check_reductions(c):
     assert c.bytes_sent["allreduce"] == sum(2 * (W - 1) * n // W for n in sizes)
 
 
+def check_reduce_scatter(c):
+    W = c.world_size
+    xs = [np.random.default_rng([SEED, r, 6]).standard_normal((2 * W, 3)).astype(np.float32) for r in range(W)]
+    mine = slice(2 * c.rank, 2 * c.rank + 2)
+    np.testing.assert_allclose(c.reduce_scatter(xs[c.rank], tag="rs"), np.sum(xs, axis=0)[mine], rtol=1e-6)
+    assert c.bytes_sent["rs"] == (W - 1) * xs[0].nbytes // W
+    np.testing.assert_array_equal(c.reduce_scatter(xs[c.rank], op="max"), np.max(xs, axis=0)[mine])
+    ints = [np.random.default_rng([SEED, r, 7]).integers(-1000, 1000, (W, 2, 2)) for r in range(W)]
+    np.testing.assert_array_equal(c.reduce_scatter(ints[c.rank], op="min"), np.min(ints, axis=0)[c.rank:c.rank + 1])
+    empty = c.reduce_scatter(np.zeros((0, 4), np.float32))
+    assert empty.shape == (0, 4)
+    try:  # the same shape on every rank, so every rank refuses it
+        c.reduce_scatter(np.ones((W + 1, 2), np.float32))
+    except comm.CommError as e:
+        assert f"{W + 1} rows do not split into {W} equal blocks" in str(e), str(e)
+    else:
+        raise AssertionError("a reduce_scatter of rows that do not split passed")
+
+
 def check_gather_and_broadcast(c):
     W = c.world_size
     parts = [np.random.default_rng([SEED, r, 4]).standard_normal((r % 3, 2, 2)).astype(np.float32)
@@ -122,6 +141,7 @@ if __name__ == "__main__":
     check_alltoallv(c)
     check_encoded(c)
     check_reductions(c)
+    check_reduce_scatter(c)
     check_gather_and_broadcast(c)
     check_disagreement_is_an_error_on_every_rank(c)
     print(f"rank {c.rank}: ok", flush=True)

@@ -66,6 +66,22 @@ def check_all_reduce(c):
         np.testing.assert_array_equal(to_host(x), fn.reduce(nans, axis=0))
 
 
+def check_reduce_scatter(c):
+    for datatype, dtype in TYPES.items():
+        for op in (nccl.NCCL_SUM, nccl.NCCL_MAX, nccl.NCCL_AVG):
+            parts = all_ranks((6, datatype, op), dtype, 4 * W)
+            send, recv = to_device(parts[R]), xp.zeros(4, dtype)
+            c.reduceScatter(send.data.ptr, recv.data.ptr, 4, datatype, op, STREAM)
+            rtol = {np.float16: 2e-3, np.float32: 1e-6, np.float64: 1e-12}.get(dtype, 0)
+            np.testing.assert_allclose(to_host(recv), reference(op, parts)[4 * R:4 * R + 4], rtol=rtol, atol=rtol,
+                                       err_msg=f"reduceScatter {np.dtype(dtype)} op {op}")
+    parts = all_ranks((7,), np.float64, 3 * W)
+    x = to_device(parts[R])
+    mine = x[3 * R:]  # in place: the output is this rank's block of the input
+    c.reduceScatter(x.data.ptr, mine.data.ptr, 3, nccl.NCCL_FLOAT64, nccl.NCCL_SUM, STREAM)
+    np.testing.assert_allclose(to_host(x[3 * R:3 * R + 3]), parts.sum(axis=0)[3 * R:3 * R + 3], rtol=1e-12)
+
+
 def check_all_gather(c):
     parts = all_ranks((4,), np.int64, 6)
     out = xp.zeros(6 * W, np.int64)
@@ -155,6 +171,7 @@ if __name__ == "__main__":
     assert nccl.available and W > 1
     c = nccl.NcclCommunicator(W, WORLD.bcast(nccl.get_unique_id() if R == 0 else None), R)
     check_all_reduce(c)
+    check_reduce_scatter(c)
     check_all_gather(c)
     check_broadcast(c)
     check_grouped_send_and_recv(c)

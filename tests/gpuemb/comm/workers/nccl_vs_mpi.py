@@ -45,6 +45,13 @@ def check_allreduce(mpi, nccl, rng):
             same(mpi, nccl, "allreduce", x, op=op)
 
 
+def check_reduce_scatter(mpi, nccl, rng):
+    W = mpi.world_size
+    for dtype in REDUCE_DTYPES:
+        for op in comm.REDUCE_OPS:
+            same(mpi, nccl, "reduce_scatter", (rng.standard_normal((3 * W, 2)) * 100).astype(dtype), op=op)
+
+
 def check_allgather(mpi, nccl, rng):
     same(mpi, nccl, "allgather", rng.standard_normal((3, 2)).astype(np.float32))  # even: NCCL's allGather
     same(mpi, nccl, "allgather", rng.integers(-9, 9, (mpi.rank % 3, 4)).astype(np.int8))  # uneven, rank 0 empty
@@ -63,6 +70,7 @@ if __name__ == "__main__":
     rng = np.random.default_rng([SEED, mpi.rank])
     check_alltoallv(mpi, nccl, rng)
     check_allreduce(mpi, nccl, rng)
+    check_reduce_scatter(mpi, nccl, rng)
     check_allgather(mpi, nccl, rng)
     check_broadcast(mpi, nccl, rng)
     nccl.barrier()
