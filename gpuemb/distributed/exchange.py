@@ -37,37 +37,43 @@ class ShardedLookup(Function):
     def __init__(self, collection, keys, training):
         self.c, self.keys, self.training = collection, keys, training
         self.B, self.F = keys.shape
+        self.groups = collection.groups
 
     def forward(self, anchor):
-        c, comm = self.c, self.c.comm
+        c = self.c
         B, F = self.B, self.F
         xp = get_array_module(anchor)
         out = xp.zeros((B * F, c.dim), np.float32)
         self.owned = {}
         if c.streams:
             self._look_up()
-            r, a = self.route, self.arrivals
-            for g, (width, ids) in enumerate(c.groups):
-                reply = self._reply_buffer(xp, (a.group_sizes[g], width))
-                for s in ids:
-                    if s in self.owned:
-                        reply[to_device(a.reply_pos[s])] = self.owned[s].data
-                rows, _ = c.codecs.alltoallv_forward(comm, reply, a.group_counts[g])
-                entries = r.group_index[g]
-                for s in ids:
-                    mine = np.flatnonzero(r.stream[entries] == s)
-                    self._place(out, s, entries[mine], rows[to_device(mine)])
+            for g, (width, ids) in enumerate(self.groups):
+                self._return_rows(out, g, width, ids)
         if c.replicas:
             self._read_replicas(out)
         return out.reshape(B, F, c.dim)
 
+    def _return_rows(self, out, g, width, ids):
+        """Send the rows of group ``g`` (streams ``ids`` of ``width``) looked up here back to their requesters, and
+        place the rows that came back for this rank's entries in ``out``."""
+        c, r, a = self.c, self.route, self.arrivals
+        reply = self._reply_buffer(get_array_module(out), (a.group_sizes[g], width))
+        for s in ids:
+            if s in self.owned:
+                reply[to_device(a.reply_pos[s])] = self.owned[s].data
+        rows, _ = c.codecs.alltoallv_forward(c.comm, reply, a.group_counts[g])
+        entries = r.group_index[g]
+        for s in ids:
+            mine = np.flatnonzero(r.stream[entries] == s)
+            self._place(out, s, entries[mine], rows[to_device(mine)])
+
     def _look_up(self):
         """Route this rank's keys to their owners and look up, at each shard held here, the keys it received."""
         c, comm, W = self.c, self.c.comm, self.c.comm.world_size
-        self.route = r = Route(self.keys, c.table_of, c.streams, c.groups, W, c.owner)
+        self.route = r = Route(self.keys, c.table_of, c.streams, self.groups, W, c.owner)
         counts, _ = comm.alltoallv(r.stream_counts, np.ones(W, np.int64), tag="a2a_keys")
         received, _ = comm.alltoallv(r.keys, r.send_counts, tag="a2a_keys")
-        self.arrivals = a = Arrivals(counts, c.groups)
+        self.arrivals = a = Arrivals(counts, self.groups)
         for s in c.local_streams:
             k = received[a.index[s]]
             if k.size:
@@ -106,7 +112,7 @@ class ShardedLookup(Function):
             gy = gy / np.float32(W)
         if c.streams:
             r, a = self.route, self.arrivals
-            for g, (width, ids) in enumerate(c.groups):
+            for g, (width, ids) in enumerate(self.groups):
                 entries = r.group_index[g]
                 send = get_array_module(gy).empty((entries.size, width), np.float32)
                 for s in ids:

@@ -6,12 +6,15 @@ The steps of ``ShardedLookup`` (exchange.py), with bags in place of keys (``bag_
   collection's mode: sum, weighted sum, mean or max; a column shard pools its own columns), and sends back one
   row a bag. The backward sends one gradient row a bag, and the lookup's backward routes it as in one process.
 - Row-wise: every rank gets every bag's sub-bag of the keys it owns and pools it (sum, or max), so every owner
-  returns a partial row per bag. The requester combines the W partials of a bag: it sums them (a mean then divides
-  by the bag's length), or for max takes the elementwise max over the owners whose sub-bag was not empty. That is
-  a reduce-scatter of the owners' partial results, done as the rows' all-to-all plus a local sum (the
-  communicators have no native reduce-scatter yet). The backward sends each owner the bag's gradient (over the
-  bag's length for a mean); for max, only the owner whose partial won an element gets that element's gradient,
-  and its lookup's backward routes it to the row that held its max.
+  holds a partial row for every bag of every rank. Sum and mean combine them as TorchRec does, by one
+  reduce-scatter a width: owner o lays its partials out as W blocks, block q the bags of rank q (padded to the
+  largest rank's count), and rank q gets block q summed over the owners (a mean then divides by the bag's
+  length). Under a compressed forward codec (int8 rows carry their own scales, which do not add on the wire) and
+  for max, the partials go back by the rows' all-to-all instead, and the requester combines them: it sums them,
+  or takes the elementwise max over the owners whose sub-bag was not empty. The backward sends each owner the
+  bag's gradient (over the bag's length for a mean), the reduce-scatter's transpose; for max, only the owner
+  whose partial won an element gets that element's gradient, and its lookup's backward routes it to the row that
+  held its max.
 - Data-parallel: each replica pools its rank's bags; the backward gathers every rank's bags and gradients and
   every replica applies them, as for single keys.
 """
@@ -33,11 +36,12 @@ class ShardedPooledLookup(ShardedLookup):
         self.F, self.B = bags.lengths.shape
         self.mode = collection.mode
         self.partials = {}  # row-wise stream: (sub-bag lengths [W, n], each max element's owner or None)
+        self.groups, self.reduced = reduce_scattered(collection)
 
     def _look_up(self):
         c, comm, W = self.c, self.c.comm, self.c.comm.world_size
         S = len(c.streams)
-        self.route = r = BagRoute(self.bags, c.table_of, c.streams, c.groups, W, c.owner)
+        self.route = r = BagRoute(self.bags, c.table_of, c.streams, self.groups, W, c.owner)
         # each rank says whether it has weights, so that all send them or none do
         head = np.concatenate([r.stream_counts, np.full((W, 1), int(self.bags.weights is not None))], axis=1)
         counts, _ = comm.alltoallv(head, np.ones(W, np.int64), tag="a2a_keys")
@@ -48,11 +52,40 @@ class ShardedPooledLookup(ShardedLookup):
             mine = r.weights if r.weights is not None else np.ones(r.keys.size, np.float32)
             weights, _ = comm.alltoallv(mine, r.key_counts, tag="a2a_keys")
         arrived = ArrivedBags(payload, recv_counts, counts[:, :S].sum(axis=1), weights)
-        self.arrivals = a = Arrivals(counts[:, :S], c.groups)
+        self.counts = counts[:, :S]
+        self.arrivals = a = Arrivals(self.counts, self.groups)
         for s in c.local_streams:
             keys, offsets, w = arrived.bags(a.index[s])
             if keys.size:
                 self.owned[s] = c.shard_of(s).table.lookup(keys, offsets, self._owner_mode(s), self.training, w)
+
+    def _return_rows(self, out, g, width, ids):
+        if g not in self.reduced:
+            return super()._return_rows(out, g, width, ids)
+        c, r = self.c, self.route
+        W, xp = c.comm.world_size, get_array_module(out)
+        n = self.counts[:, ids]  # [W, k]: each rank's bags of each stream, sent whole to every owner
+        N = n.max(axis=0)
+        at = np.cumsum(N) - N  # where each stream's rows start in a block
+        R = int(N.sum())
+        send = xp.zeros((W * R, width), np.float32)  # a sub-bag that held no key here, and padding, add zeros
+        for j, s in enumerate(ids):
+            if s in self.owned:  # its rows arrive peer by peer, each peer's in its bag order
+                peer = np.repeat(np.arange(W), n[:, j])
+                slot = at[j] + np.arange(peer.size) - np.repeat(np.cumsum(n[:, j]) - n[:, j], n[:, j])
+                send[to_device(peer * R + slot)] = self.owned[s].data
+        mine = c.comm.reduce_scatter(send, tag="a2a_fwd")
+        entries = r.group_index[g]
+        for j, s in enumerate(ids):
+            e = entries[r.stream[entries] == s]  # W blocks of this rank's bags, one a owner, in one bag order
+            m = e.size // W
+            lengths = r.lengths[e].reshape(W, m)
+            pooled = mine[at[j]:at[j] + m]
+            if self.mode == "mean":
+                pooled = pooled / bag_sizes(lengths, xp)
+            self.partials[s] = (lengths, None)
+            start, stop = c.streams[s].cols
+            out[to_device(r.pos[e[:m]]), start:stop] = pooled
 
     def _owner_mode(self, s):
         """A row-wise owner sums a mean's sub-bags: the requester divides by the whole bag's length."""
@@ -127,6 +160,21 @@ class ShardedPooledLookup(ShardedLookup):
             y = table.lookup(np.concatenate(keys), offsets, self.mode, True,
                              np.concatenate(w) if weighted else None)
             y.backward(get_array_module(grads).concatenate(g).astype(y.dtype))
+
+
+def reduce_scattered(c):
+    """``(groups, reduced)``: the groups of the exchange of ``c``'s bags, and which of them return by reduce-scatter.
+    The row-wise streams of a sum or mean under the fp32 forward codec leave their width's group for a group of
+    their own; the same on every rank, since it follows from the plan, the mode and the codec."""
+    if c.mode == "max" or c.codecs.forward != "fp32":
+        return c.groups, set()
+    kept, reduced = [], []
+    for width, ids in c.groups:
+        rows = [s for s in ids if c.streams[s].kind == "row"]
+        others = [s for s in ids if c.streams[s].kind != "row"]
+        kept += [(width, others)] if others else []
+        reduced += [(width, rows)] if rows else []
+    return kept + reduced, set(range(len(kept), len(kept) + len(reduced)))
 
 
 def _starts(sizes):

@@ -89,18 +89,34 @@ def test_two_ranks_with_nccl_on_the_emulated_device_equal_mpi_on_the_cpu(mpi_run
     assert_same_run(cpu, emulated)
 
 
-def test_jagged_shards_on_the_emulated_device_equal_the_cpu_run(mpi_run, tmp_path):
-    """Bags of any length (empty ones too) go up with the batch as JaggedFeatures and are pooled on the device."""
+def jagged_shards(tmp_path):
+    """The arguments that train on a folder of jagged shards (train and test) with bags of 0 to 3 keys."""
     rng = np.random.default_rng(5)
     weights = rng.normal(0, 1, (4, 300))
     for split, n in (("train", 256), ("test", 64)):
         writer = ShardWriter(tmp_path / "shards" / split, LAYOUT, WriteOptions(chunk_rows=64, rows_per_shard=128))
         writer.append(planted_rows(n, rng, weights))
         writer.close()
-    args = [*MODELS["dlrm"], "--data", tmp_path / "shards", "--model-arg", "pooling=mean"]
-    base = [a for a in TINY if a not in ("--train-rows", "512")]  # shards have their own rows
-    cpu = run(mpi_run, tmp_path, "cpu", "cpu", *args, base=base)
-    emulated = run(mpi_run, tmp_path, "emulated", "emulated", *args, base=base)
+    return [*MODELS["dlrm"], "--data", tmp_path / "shards", "--model-arg", "pooling=mean"]
+
+
+JAGGED_BASE = [a for a in TINY if a not in ("--train-rows", "512")]  # shards have their own rows
+
+
+def test_jagged_shards_on_the_emulated_device_equal_the_cpu_run(mpi_run, tmp_path):
+    """Bags of any length (empty ones too) go up with the batch as JaggedFeatures and are pooled on the device."""
+    args = jagged_shards(tmp_path)
+    cpu = run(mpi_run, tmp_path, "cpu", "cpu", *args, base=JAGGED_BASE)
+    emulated = run(mpi_run, tmp_path, "emulated", "emulated", *args, base=JAGGED_BASE)
     assert_same_run(cpu, emulated)
     trains = [r for r in emulated if r["kind"] == "train"]
     assert sum(r["transfers_ahead"]["to_device"] for r in trains) >= 1, trains  # the bags went up with the batch
+
+
+def test_row_wise_bags_over_nccl_on_the_emulated_device_equal_mpi_on_the_cpu(mpi_run, tmp_path):
+    """Two ranks, every table row-wise: the owners' partial means come back by NCCL's reduceScatter on device
+    arrays, against the mpi backend's on the CPU."""
+    args = [*jagged_shards(tmp_path), "--sharding", "row", "--tables", "per-feature"]
+    cpu = run(mpi_run, tmp_path, "cpu", "cpu", *args, "--comm-backend", "mpi", ranks=2, base=JAGGED_BASE)
+    nccl = run(mpi_run, tmp_path, "nccl", "emulated", *args, "--comm-backend", "nccl", ranks=2, base=JAGGED_BASE)
+    assert_same_run(cpu, nccl)

@@ -172,6 +172,30 @@ def test_a_world_of_one_pools_and_trains_like_an_embedding_collection(mode, weig
         np.testing.assert_array_equal(got[2][got_order], want[2][order])
 
 
+@pytest.mark.parametrize("mode, forward, reduced", [("sum", "fp32", True), ("mean", "fp32", True),
+                                                   ("max", "fp32", False), ("sum", "int8", False)])
+def test_row_wise_sums_come_back_by_one_reduce_scatter(mode, forward, reduced, rng, monkeypatch):
+    """Sum and mean pool row-wise bags with a reduce-scatter of the owners' partials, in a group of their own;
+    max, and a compressed forward codec (int8 rows do not add on the wire), send the partials by all-to-all."""
+    codecs = comm.CommCodecs(forward=forward)
+    one = ShardedEmbeddingCollection(CONFIGS, comm.LocalCommunicator(), bags_plan(1), codecs, mode=mode)
+    groups, which = pooled_exchange.reduce_scattered(one)
+    row = [s for s, st in enumerate(one.streams) if st.kind == "row"]
+    assert sorted(s for _, ids in groups for s in ids) == list(range(len(one.streams)))
+    assert [ids for g, (_, ids) in enumerate(groups) if g in which] == ([row] if reduced else [])
+    calls = []
+    real = comm.LocalCommunicator.reduce_scatter
+    monkeypatch.setattr(comm.LocalCommunicator, "reduce_scatter", lambda c, x, **kw: calls.append(x.shape)
+                        or real(c, x, **kw))
+    batch = random_jagged(rng, 4, 6)
+    want = EmbeddingCollection(CONFIGS, mode=mode)(batch).data
+    if forward == "fp32":
+        np.testing.assert_allclose(one(batch).data, want, rtol=1e-6, atol=1e-7)
+    else:  # half a step of each row's int8 scale
+        np.testing.assert_allclose(one(batch).data, want, rtol=0, atol=np.abs(want).max() / 254 * 1.001)
+    assert calls == ([(6, D)] if reduced else [])  # one bag a sample of the row-wise feature b
+
+
 def test_single_hot_features_keep_the_plain_exchange(rng, monkeypatch):
     one = ShardedEmbeddingCollection(CONFIGS, comm.LocalCommunicator(), bags_plan(1), mode="max")
     keys = rng.integers(0, 50, (5, 4))
