@@ -47,6 +47,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 
+import gpuemb  # noqa: F401  first, so that its OpenBLAS setting holds when NumPy loads (gpuemb/__init__.py)
 import numpy as np
 
 import bench_train_torch

@@ -1,0 +1,51 @@
+"""How much two CPU thread pools slow each other: a numba parallel kernel right after an OpenBLAS matmul, and a
+matmul right after the kernel, against each run back to back (medians of 200, ms).
+
+A CPU step alternates the two. OpenBLAS's idle threads spin for 2**OPENBLAS_THREAD_TIMEOUT cycles after a matmul
+(28 unless set), and libgomp's, which run numba's kernels, for GOMP_SPINCOUNT spins: whichever runs next shares
+the cores with the other's spinning threads. Compare settings by environment, e.g.
+
+    python tools/bench_blas_spin.py                                # import gpuemb first: OpenBLAS's timeout 4
+    OPENBLAS_THREAD_TIMEOUT=28 python tools/bench_blas_spin.py     # OpenBLAS's default
+    GOMP_SPINCOUNT=1000 python tools/bench_blas_spin.py
+"""
+import time
+
+import gpuemb  # noqa: F401  first, so that its OpenBLAS setting holds when NumPy loads (gpuemb/__init__.py)
+import numba
+import numpy as np
+
+
+@numba.njit(parallel=True)
+def row_norms(a, out):
+    for i in numba.prange(a.shape[0]):
+        s = 0.0
+        for j in range(a.shape[1]):
+            s += a[i, j] * a[i, j]
+        out[i] = s
+
+
+def median_ms(first, timed, n=200):
+    """The median time of ``timed()``, each call right after ``first()``."""
+    times = []
+    for _ in range(n):
+        first()
+        t0 = time.perf_counter()
+        timed()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1e3
+
+
+def main():
+    rng = np.random.default_rng(0)
+    a, out = rng.random((2048, 2000)), np.empty(2048)
+    x, w = rng.random((2048, 512), np.float32), rng.random((512, 256), np.float32)
+    kernel, matmul = (lambda: row_norms(a, out)), (lambda: x @ w)
+    kernel()
+    print(f"kernel after a kernel {median_ms(kernel, kernel):.2f} ms, after a matmul {median_ms(matmul, kernel):.2f} "
+          f"ms; matmul after a matmul {median_ms(matmul, matmul):.2f} ms, after a kernel {median_ms(kernel, matmul):.2f} ms "
+          f"(numba layer {numba.threading_layer()}, {numba.get_num_threads()} threads)")
+
+
+if __name__ == "__main__":
+    main()
