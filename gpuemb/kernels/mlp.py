@@ -92,6 +92,8 @@ def weight_grad_cpu(g, x, with_bias=True):
 
 
 def input_grad_cpu(g, W, mask=None, scale=1.0):
+    if W is not None and W.shape[0] == 1:  # a layer of one output (the logit): g @ W is an outer product, which
+        g, W = g * W, None                 # BLAS runs as a K=1 GEMM at a quarter of the broadcast's speed
     return _input_grad(g, W, mask, scale, relu_dropout_backward_cpu)
 
 
