@@ -24,13 +24,14 @@ _LISTS = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
 
 def open_parquet(path):
     """``pq.ParquetFile(path)``, its footer read; a missing, empty, truncated or non-Parquet file is a DataError
-    naming ``path``."""
+    naming ``path``. Pages are checked against the CRCs their writer stored (parquet-mr, so Spark, stores them by
+    default; pyarrow only when asked), so a flipped bit there fails its row group instead of reading wrong."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such file" + (" (it is a folder)" if os.path.isdir(path) else "")
                         + "; check the path")
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as e:
         raise DataError(f"{path}: is not a Parquet file, or is truncated ({one_line(e)}); give a complete "
                         ".parquet file (copy or write it again)") from None

@@ -258,6 +258,26 @@ def test_a_damaged_row_group_is_one_line_naming_it(tmp_path):
     assert "row group 1 cannot be read" in _one_line_error(e, path)
 
 
+def test_a_flipped_bit_in_a_page_with_a_checksum_fails_its_row_group(tmp_path):
+    """Uncompressed, a flipped bit still parses, as a wrong value; the page's CRC, where the writer stored one (as
+    Spark's does), catches it."""
+    rng = np.random.default_rng(1)
+    table = pa.table({"y": rng.random(4000), "tags": pa.array([list(rng.integers(0, 1 << 60, 3)) for _ in
+                                                                range(4000)], pa.list_(pa.int64()))})
+    path = tmp_path / "x.parquet"
+    pq.write_table(table, path, row_group_size=2000, compression="none", use_dictionary=False,
+                   write_page_checksum=True)
+    schema = schema_for("parquet", [path], label=["y"], categorical=["tags"])
+    column = pq.ParquetFile(path).metadata.row_group(1).column(0)
+    data = bytearray(path.read_bytes())
+    data[column.data_page_offset + column.total_compressed_size // 2] ^= 0x10  # in the values, past the header
+    path.write_bytes(bytes(data))
+    assert pq.ParquetFile(path).read().num_rows == 4000  # unchecked, it reads, one value wrong
+    with pytest.raises(DataError) as e:
+        read_all(ParquetReader(path, schema))
+    assert "row group 1 cannot be read" in _one_line_error(e, path) and "CRC" in str(e.value)
+
+
 def test_the_reader_asks_pyarrow_for_one_row_group_at_a_time(tmp_path, rng, monkeypatch):
     path = write(tmp_path / "x.parquet", random_columns(rng, 1000), row_group_size=40)
     asked = []
