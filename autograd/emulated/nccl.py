@@ -2,7 +2,8 @@
 
 The subset the project calls, with CuPy's names, signatures and constants (``cupy_backends/cuda/libs/nccl.pyx`` and
 ``nccl.pxd``): ``get_unique_id`` (bytes, as in CuPy 14), ``NcclCommunicator(ndev, commId, rank)`` with
-``allReduce``, ``reduceScatter``, ``allGather``, ``broadcast``, ``send``, ``recv``, ``check_async_error``, ``destroy`` and ``abort``,
+``allReduce``, ``reduceScatter``, ``allGather``, ``broadcast``, ``send``, ``recv``, ``check_async_error``, ``destroy``
+and ``abort``,
 and ``groupStart``/``groupEnd``. Buffers are device pointers, as NCCL's are: an emulated array's ``data.ptr`` is the
 address of its NumPy memory, read and written here through ctypes. A call runs at once; its stream is not used.
 
@@ -13,7 +14,8 @@ Ranks are processes talking over a duplicate of MPI's COMM_WORLD, whose size and
 - allGather concatenates in rank order, broadcast copies the root's buffer;
 - reduceScatter gives rank r block r (``recvcount`` elements) of the reduction;
 - in place where NCCL allows it: allReduce and broadcast with ``sendbuf == recvbuf``, allGather with
-  ``sendbuf == recvbuf + rank * bytes``, reduceScatter with ``recvbuf == sendbuf + rank * bytes``. Other overlaps, which NCCL turns into garbage silently, are refused;
+  ``sendbuf == recvbuf + rank * bytes``, reduceScatter with ``recvbuf == sendbuf + rank * bytes``. Other overlaps,
+  which NCCL turns into garbage silently, are refused;
 - a send or recv outside a group is a group of one. A group's sends and recvs start together at the outermost
   ``groupEnd`` as non-blocking MPI calls, so a group that sends to and receives from every peer cannot deadlock.
   Sends to a peer match its recvs in order; a size mismatch, which NCCL hangs on or corrupts, is an error here.

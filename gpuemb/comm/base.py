@@ -3,8 +3,8 @@
 Arrays are row-major ``[n, ...]``. ``alltoallv(send, send_counts)`` splits ``send`` by rows, the first
 ``send_counts[0]`` rows to rank 0, the next ``send_counts[1]`` to rank 1 and so on, and returns the rows received
 in rank order with how many came from each rank. ``reduce_scatter(x)`` reduces ``x [W·n, ...]`` over the ranks
-and gives rank r rows ``[r·n, (r+1)·n)`` of the result. Every op returns new arrays of the kind it was given (NumPy in,
-NumPy out; CuPy in, CuPy out); counts are host int64 arrays.
+and gives rank r rows ``[r·n, (r+1)·n)`` of the result. Every op returns new arrays of the kind it was given
+(NumPy in, NumPy out; CuPy in, CuPy out); counts are host int64 arrays.
 
 Before moving data, every collective exchanges a small header (op, dtype, shape, extra argument, per-peer counts)
 among all ranks. Ranks that disagree (a different op, dtype, shape or root) all get the same ``CommError`` naming
@@ -86,7 +86,8 @@ def check_agreement(table, rank):
                 and np.array_equal(h[first:_EXTRA], ref[first:_EXTRA]) and h[_EXTRA] == ref[_EXTRA])
         if not same:
             what = {"allreduce": "the same dtype, shape and reduce op",
-                    "reduce_scatter": "the same dtype, shape and reduce op", "broadcast": "the same dtype, shape and root",
+                    "reduce_scatter": "the same dtype, shape and reduce op",
+                    "broadcast": "the same dtype, shape and root",
                     "barrier": "a barrier"}.get(op, "the same dtype and row shape (the row counts may differ)")
             raise CommError(
                 f"rank {rank} of {len(table)}: ranks disagree on the collective: rank 0 called {describe(ref)}"
