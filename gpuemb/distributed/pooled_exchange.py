@@ -21,6 +21,7 @@ The steps of ``ShardedLookup`` (exchange.py), with bags in place of keys (``bag_
 import numpy as np
 
 from gpuemb.autograd.backend import get_array_module, to_device
+from gpuemb.io.bags import concat_ranges
 
 from .bag_routing import ArrivedBags, BagRoute, pack
 from .exchange import ShardedLookup
@@ -70,10 +71,8 @@ class ShardedPooledLookup(ShardedLookup):
         R = int(N.sum())
         send = xp.zeros((W * R, width), np.float32)  # a sub-bag that held no key here, and padding, add zeros
         for j, s in enumerate(ids):
-            if s in self.owned:  # its rows arrive peer by peer, each peer's in its bag order
-                peer = np.repeat(np.arange(W), n[:, j])
-                slot = at[j] + np.arange(peer.size) - np.repeat(np.cumsum(n[:, j]) - n[:, j], n[:, j])
-                send[to_device(peer * R + slot)] = self.owned[s].data
+            if s in self.owned:  # its rows arrive peer by peer, each peer's in its bag order, to block q's slots
+                send[to_device(concat_ranges(np.arange(W) * R + at[j], n[:, j]))] = self.owned[s].data
         mine = c.comm.reduce_scatter(send, tag="a2a_fwd")
         entries = r.group_index[g]
         for j, s in enumerate(ids):
