@@ -1,13 +1,7 @@
 """gpuemb: train recommendation models whose embedding tables are larger than GPU memory."""
 import importlib
-import os
 
-# OpenBLAS's idle threads spin for 2**28 cycles (about 0.1 s) after each matmul before they sleep, and a CPU step
-# runs numba's parallel kernels between its matmuls: on the 2-core machine a kernel right after a matmul took 2.8
-# ms against 1.7 ms alone, and kaggle's step 64.9 ms against 58.7 ms (medians of 6; docs/perf/README.md). 2**4
-# cycles lets them sleep at once. OpenBLAS reads this when it loads, so it holds where NumPy loads after gpuemb;
-# a value already set is kept.
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+from . import host_tuning  # noqa: F401  OpenBLAS's and malloc's settings, before NumPy loads (its docstring)
 
 __version__ = "0.1.0"
 

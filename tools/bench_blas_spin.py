@@ -11,7 +11,7 @@ the cores with the other's spinning threads. Compare settings by environment, e.
 """
 import time
 
-import gpuemb  # noqa: F401  first, so that its OpenBLAS setting holds when NumPy loads (gpuemb/__init__.py)
+import gpuemb  # noqa: F401  first, so that its OpenBLAS setting holds when NumPy loads (gpuemb/host_tuning.py)
 import numba
 import numpy as np
 

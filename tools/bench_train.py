@@ -47,7 +47,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 
-import gpuemb  # noqa: F401  first, so that its OpenBLAS setting holds when NumPy loads (gpuemb/__init__.py)
+import gpuemb  # noqa: F401  first, so that its OpenBLAS setting holds when NumPy loads (gpuemb/host_tuning.py)
 import numpy as np
 
 import bench_train_torch

@@ -1,0 +1,60 @@
+"""Process settings that a CPU step needs to run at its kernels' speed, applied by ``import gpuemb`` before NumPy
+loads. Each one is left alone where the user has set it, so that a program embedding gpuemb keeps the last word.
+
+- OpenBLAS's idle threads spin for 2**28 cycles (about 0.1 s) after each matmul before they sleep, and a CPU step
+  runs numba's parallel kernels between its matmuls: on the 2-core machine a kernel right after a matmul took 2.8
+  ms against 1.7 ms alone, and kaggle's step 64.9 ms against 58.7 ms (medians of 6; docs/perf/README.md). 2**4
+  cycles lets them sleep at once. OpenBLAS reads this when it loads, so it holds where NumPy loads after gpuemb.
+- glibc's malloc gives freed memory back to the kernel when more than its trim threshold lies free at the top of
+  the heap, and serves blocks over its mmap threshold from fresh mappings. A step frees tens of MB of
+  activations and gradients and allocates them again, so every step faulted 2,500 to 4,000 pages back in: 10 to
+  16 ms of kernel CPU time a step on kaggle's shape, against 2 to 3 ms with the freed pages kept
+  (docs/perf/README.md, "Freed pages kept"). gpuemb raises both thresholds, which stops glibc's own adjusting of
+  them, so the heap keeps its high-water mark. Blocks over MMAP_THRESHOLD (tables, whole datasets) still come
+  from, and go back to, their own mappings.
+"""
+import ctypes
+import ctypes.util
+import os
+import sys
+
+OPENBLAS_THREAD_TIMEOUT = "4"
+# mallopt's parameter numbers (glibc's malloc.h) and their values here. 32 MiB is glibc's ceiling for the mmap
+# threshold on 64-bit; the trim threshold only has to exceed what a step frees at once.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD, TRIM_THRESHOLD = 32 << 20, 1 << 30
+# Where any of these is set, the user has chosen malloc's behaviour, and gpuemb leaves it so
+MALLOC_SETTINGS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+
+
+def _glibc():
+    """The C library when it is glibc, else None (musl, macOS and Windows have no mallopt of these parameters)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.gnu_get_libc_version  # only glibc has it
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+def keep_freed_pages():
+    """Raise glibc's trim and mmap thresholds, unless the user set malloc's; True where they now hold."""
+    if any(name in os.environ for name in MALLOC_SETTINGS) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+        return False
+    libc = _glibc()
+    if libc is None:
+        return False
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(libc.mallopt(M_TRIM_THRESHOLD,
+                                                                                      TRIM_THRESHOLD))
+
+
+def apply():
+    """Both settings; returns {setting: whether gpuemb set it}."""
+    timeout = "OPENBLAS_THREAD_TIMEOUT" not in os.environ
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", OPENBLAS_THREAD_TIMEOUT)
+    return {"openblas_thread_timeout": timeout, "malloc_thresholds": keep_freed_pages()}
+
+
+APPLIED = apply()
