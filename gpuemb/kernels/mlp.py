@@ -13,7 +13,7 @@ Three steps make a layer's forward and backward; each has a NumPy reference, a C
 - ``weight_grad``: ``gW = g.T @ x`` and, where no earlier step made it, ``gb = g.sum(0)``. GPU: ``gWᵀ = xᵀ @ g``
   with the BGRADB epilogue, whose sum over K is the bias gradient.
 - ``input_grad``: ``gx = g @ W``, then, if the layer below has a mask, ``gx * bit * scale`` and its bias gradient.
-  GPU: ``gxᵀ = Wᵀ @ gᵀ`` with DRELU_BGRAD, the mask as the ReLU bitmask and alpha = the dropout scale
+  CPU: one numba pass, in place on the matmul's result, sums the bias gradient as it masks. GPU: ``gxᵀ = Wᵀ @ gᵀ`` with DRELU_BGRAD, the mask as the ReLU bitmask and alpha = the dropout scale
   (OneFlow's fusion: the dropout bits are folded into the ReLU bitmask and the scale into alpha).
 ``FusedMLP`` chains them over a stack of layers. It is one Function for the whole stack because DRELU_BGRAD fuses
 layer l-1's activation backward into layer l's input-gradient matmul, across what would be a Function boundary.
@@ -41,9 +41,9 @@ import numpy as np
 from gpuemb.autograd.backend import get_array_module, is_device_array, library
 from gpuemb.autograd.function import Function
 
-from .relu_dropout import (dropout_scale, keep_threshold, relu_dropout_backward, relu_dropout_backward_cpu,
-                           relu_dropout_backward_cuda, relu_dropout_backward_ref, relu_dropout_cpu, relu_dropout_cuda,
-                           relu_dropout_ref)
+from .relu_dropout import (dropout_scale, keep_threshold, relu_dropout_backward, relu_dropout_backward_sum_cpu,
+                           relu_dropout_backward_sum_cuda, relu_dropout_backward_sum_ref, relu_dropout_cpu,
+                           relu_dropout_cuda, relu_dropout_ref)
 
 
 # -- reference ------------------------------------------------------------------------------------------------
@@ -59,17 +59,16 @@ def weight_grad_ref(g, x, with_bias=True):
     return g.T @ x, g.sum(axis=0) if with_bias else None
 
 
-def _input_grad(g, W, mask, scale, mask_backward):
+def _input_grad(g, W, mask, scale, backward_sum):
     gx = g if W is None else g @ W  # W None: g is already the matmul's result
     if mask is None:
         return gx, None
-    gx = mask_backward(gx, mask, scale)
-    return gx, gx.sum(axis=0)
+    return backward_sum(gx, mask, scale, out=gx)  # gx is this call's own array, so the mask applies in place
 
 
 def input_grad_ref(g, W, mask=None, scale=1.0):
     """``(gx, gb)``: ``gx = g @ W``, masked and scaled by the layer below's mask, whose bias gradient is gb."""
-    return _input_grad(g, W, mask, scale, relu_dropout_backward_ref)
+    return _input_grad(g, W, mask, scale, relu_dropout_backward_sum_ref)
 
 
 # -- CPU: BLAS matmuls, numba epilogues -------------------------------------------------------------------------
@@ -94,7 +93,7 @@ def weight_grad_cpu(g, x, with_bias=True):
 def input_grad_cpu(g, W, mask=None, scale=1.0):
     if W is not None and W.shape[0] == 1:  # a layer of one output (the logit): g @ W is an outer product, which
         g, W = g * W, None                 # BLAS runs as a K=1 GEMM at a quarter of the broadcast's speed
-    return _input_grad(g, W, mask, scale, relu_dropout_backward_cpu)
+    return _input_grad(g, W, mask, scale, relu_dropout_backward_sum_cpu)
 
 
 # -- GPU: cuBLASLt epilogues through nvmath-python -----------------------------------------------------------
@@ -192,7 +191,7 @@ def input_grad_cuda(g, W, mask=None, scale=1.0, compute=None):
         return xp.empty((0, W.shape[1]), dtype=g.dtype), None if mask is None else xp.zeros(W.shape[1], g.dtype)
     if mask is None or W.shape[0] == 1:  # cuBLASLt's DRELU epilogues refuse K = 1
         gx = g @ W if compute is None else xp.ascontiguousarray(PLANS.run(W.T, g.T, compute=compute).T)
-        return _input_grad(gx, None, mask, scale, relu_dropout_backward_cuda)
+        return _input_grad(gx, None, mask, scale, relu_dropout_backward_sum_cuda)
     if mask.shape[1] != cublaslt_mask_words(W.shape[1]):
         raise ValueError(f"input_grad_cuda: a mask of {mask.shape[1]} words per row is not cuBLASLt's layout "
                          f"for {W.shape[1]} columns ({cublaslt_mask_words(W.shape[1])} words)")
@@ -294,9 +293,14 @@ class FusedMLP(Function):
     def backward(self, gy):
         gy = get_array_module(gy).ascontiguousarray(self._in(gy))  # cuBLASLt wants a unit stride
         n, c = len(self.layers), self.compute
-        g = gy if self.masks[-1] is None else relu_dropout_backward(gy, self.masks[-1], self._scale(n - 1))
+        # gb: the bias gradient of the current layer, where a mask's backward made it in its pass (the CPU, and
+        # input_grad of the layer above); None leaves it to weight_grad, which on a GPU is cuBLASLt's BGRADB epilogue
+        g, gb, last = gy, None, self.masks[-1]
+        if last is not None and is_device_array(gy):
+            g = relu_dropout_backward(gy, last, self._scale(n - 1))
+        elif last is not None:
+            g, gb = relu_dropout_backward_sum_cpu(gy, last, self._scale(n - 1))
         grads = [None] * (2 * n)
-        gb = None  # the bias gradient of the current layer, where input_grad of the layer above made it
         for i in reversed(range(n)):
             gW, gb_here = weight_grad(g, self.layer_inputs[i], gb is None, c)
             grads[2 * i], grads[2 * i + 1] = gW, gb_here if gb is None else gb

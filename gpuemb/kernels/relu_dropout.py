@@ -18,8 +18,10 @@ ranks draw the masks one process draws. With ``p = 0``, or outside training, no 
 - ``relu_dropout_cuda``: one thread per mask word, so each word is written once with no atomics. A warp-ballot
   kernel (one thread per element, ``ballot_sync`` per 32 columns) would coalesce the loads of x better; it is
   the next version to try where the benchmark shows this one off its bandwidth floor.
-- the backward ``gx = gy * bit * scale``: numba over rows, and one CUDA thread per element;
-- ``relu_dropout`` / ``relu_dropout_backward``: dispatchers; ``ReLUDropout``: the autograd Function.
+- the backward ``gx = gy * bit * scale``: numba over chunks of rows, which also sums gx's columns (the bias
+  gradient of the layer below, ``relu_dropout_backward_sum``) in the same pass; one CUDA thread per element;
+- ``relu_dropout`` / ``relu_dropout_backward`` / ``relu_dropout_backward_sum``: dispatchers; ``ReLUDropout``: the
+  autograd Function.
 """
 import numba
 import numpy as np
@@ -205,18 +207,32 @@ def relu_dropout(x, p, seed=0, step=0, training=True, relu=True, bias=None, out=
     return run(x, p, seed, step, training, relu, bias, out, words_per_row, row0)
 
 
+# Rows that one chunk of the CPU backward sums in order into its own row of partial column sums: a split fixed by
+# the batch, so the bias gradient's rounding does not depend on the thread count, and small enough that a batch of
+# a few hundred rows still gives every core chunks.
+SUM_ROWS = 64
+
+
 @numba.njit(parallel=True, cache=True)
-def _relu_dropout_backward_cpu(gy, mask, scale, gx):
-    cols = gy.shape[1]
+def _relu_dropout_backward_cpu(gy, mask, scale, gx, sums):
+    # gx may be gy itself. sums[k] (zeros) gets the column sums of gx's rows [k * SUM_ROWS, (k + 1) * SUM_ROWS): the
+    # layer's bias gradient, summed while each value is in a register instead of in a second pass over gx.
+    rows, cols = gy.shape
     zero = gy.dtype.type(0)
-    for r in numba.prange(gy.shape[0]):
-        for w in range(cols >> 5):  # whole words: a fixed 32-lane loop of shifts and selects, which vectorises
-            word = mask[r, w]
-            for j in range(32):
-                c = (w << 5) + j
-                gx[r, c] = gy[r, c] * scale if (word >> np.uint32(j)) & np.uint32(1) else zero
-        for c in range(cols & ~31, cols):
-            gx[r, c] = gy[r, c] * scale if (mask[r, c >> 5] >> (c & 31)) & 1 else zero
+    for k in numba.prange(sums.shape[0]):
+        acc = sums[k]
+        for r in range(k * SUM_ROWS, min(rows, (k + 1) * SUM_ROWS)):
+            for w in range(cols >> 5):  # whole words: a fixed 32-lane loop of shifts and selects, which vectorises
+                word = mask[r, w]
+                for j in range(32):
+                    c = (w << 5) + j
+                    v = gy[r, c] * scale if (word >> np.uint32(j)) & np.uint32(1) else zero
+                    gx[r, c] = v
+                    acc[c] += v
+            for c in range(cols & ~31, cols):
+                v = gy[r, c] * scale if (mask[r, c >> 5] >> (c & 31)) & 1 else zero
+                gx[r, c] = v
+                acc[c] += v
 
 
 @kernel
@@ -232,28 +248,50 @@ def _relu_dropout_backward_kernel(gy, mask, scale, gx):
             gx[r, c] = 0
 
 
-def _backward_args(gy, mask, scale):
+def _backward_args(gy, mask, scale, out):
     if mask.shape[0] != gy.shape[0] or mask.shape[1] < mask_words(gy.shape[1]):
         raise ValueError(f"relu_dropout_backward: mask of shape {mask.shape} for a gradient of shape {gy.shape}")
-    return get_array_module(gy).empty_like(gy), gy.dtype.type(scale)
+    return get_array_module(gy).empty_like(gy) if out is None else out, gy.dtype.type(scale)
 
 
-def relu_dropout_backward_cpu(gy, mask, scale):
-    gx, scale = _backward_args(gy, mask, scale)
-    _relu_dropout_backward_cpu(gy, mask, scale, gx)
-    return gx
+def relu_dropout_backward_sum_ref(gy, mask, scale, out=None):
+    """``(gx, gx.sum(axis=0))``: the backward and the bias gradient of the layer whose output went through it."""
+    gx = relu_dropout_backward_ref(gy, mask, scale)
+    return gx, gx.sum(axis=0)
 
 
-def relu_dropout_backward_cuda(gy, mask, scale):
-    gx, scale = _backward_args(gy, mask, scale)
+def relu_dropout_backward_sum_cpu(gy, mask, scale, out=None):
+    gx, scale = _backward_args(gy, mask, scale, out)
+    sums = np.zeros((-(-gy.shape[0] // SUM_ROWS), gy.shape[1]), gy.dtype)
+    _relu_dropout_backward_cpu(gy, mask, scale, gx, sums)
+    return gx, sums.sum(axis=0)
+
+
+def relu_dropout_backward_cpu(gy, mask, scale, out=None):
+    return relu_dropout_backward_sum_cpu(gy, mask, scale, out)[0]  # the sums cost a register add per element
+
+
+def relu_dropout_backward_cuda(gy, mask, scale, out=None):
+    gx, scale = _backward_args(gy, mask, scale, out)
     _relu_dropout_backward_kernel[blocks_for(gy.size), 256, stream_for(gy)](gy, mask, scale, gx)
     return gx
 
 
-def relu_dropout_backward(gy, mask, scale):
-    """``gx = gy * bit * scale``: the gradient through ``relu_dropout`` given its mask."""
+def relu_dropout_backward_sum_cuda(gy, mask, scale, out=None):
+    gx = relu_dropout_backward_cuda(gy, mask, scale, out)
+    return gx, gx.sum(axis=0)
+
+
+def relu_dropout_backward(gy, mask, scale, out=None):
+    """``gx = gy * bit * scale``: the gradient through ``relu_dropout`` given its mask; out may be gy itself."""
     run = relu_dropout_backward_cuda if is_device_array(gy) else relu_dropout_backward_cpu
-    return run(gy, mask, scale)
+    return run(gy, mask, scale, out)
+
+
+def relu_dropout_backward_sum(gy, mask, scale, out=None):
+    """``(gx, gx.sum(axis=0))``; on the CPU the sum is taken in the same pass."""
+    run = relu_dropout_backward_sum_cuda if is_device_array(gy) else relu_dropout_backward_sum_cpu
+    return run(gy, mask, scale, out)
 
 
 class ReLUDropout(Function):

@@ -9,6 +9,7 @@ import pytest
 from gpuemb.autograd import Tensor
 from gpuemb.kernels import mlp
 from gpuemb.kernels.mlp import FusedLayer, FusedMLP, input_grad_ref, linear_forward_ref, weight_grad_ref
+from gpuemb.kernels.relu_dropout import relu_dropout_backward_ref
 from gpuemb.nn import MLP
 
 LAYERS = [FusedLayer(True, 0.3, 5), FusedLayer(True, 0.0, 6), FusedLayer(False, 0.0, 7)]
@@ -31,7 +32,7 @@ def seen(monkeypatch):
     monkeypatch.setattr(mlp, "linear_forward_cuda", record("forward", linear_forward_ref))
     monkeypatch.setattr(mlp, "weight_grad_cuda", record("weight_grad", weight_grad_ref))
     monkeypatch.setattr(mlp, "input_grad_cuda", record("input_grad", input_grad_ref))
-    monkeypatch.setattr(mlp, "relu_dropout_backward", mlp.relu_dropout_backward_ref)
+    monkeypatch.setattr(mlp, "relu_dropout_backward", relu_dropout_backward_ref)
     return calls
 
 

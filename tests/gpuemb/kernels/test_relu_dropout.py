@@ -1,11 +1,13 @@
+import numba
 import numpy as np
 import pytest
 
 from gpuemb.autograd import Tensor, gradcheck
 from gpuemb.autograd.backend import to_device, to_host
-from gpuemb.kernels.relu_dropout import (ReLUDropout, pack_bits_ref, relu_dropout, relu_dropout_backward,
+from gpuemb.kernels.relu_dropout import (SUM_ROWS, ReLUDropout, pack_bits_ref, relu_dropout, relu_dropout_backward,
                                          relu_dropout_backward_cpu, relu_dropout_backward_cuda,
-                                         relu_dropout_backward_ref, relu_dropout_cpu, relu_dropout_cuda,
+                                         relu_dropout_backward_ref, relu_dropout_backward_sum,
+                                         relu_dropout_backward_sum_cpu, relu_dropout_cpu, relu_dropout_cuda,
                                          relu_dropout_ref, unpack_bits_ref)
 
 SHAPES = [(1, 1), (1, 31), (4, 32), (7, 33), (16, 100), (3, 256)]  # cols off multiples of 32, B = 1 included
@@ -109,6 +111,45 @@ def test_backward_cpu_matches_reference(rng, shape):
     _, mask = relu_dropout_cpu(x, 0.3, seed=9, step=4)
     np.testing.assert_array_equal(relu_dropout_backward_cpu(gy, mask, 1 / 0.7),
                                   relu_dropout_backward_ref(gy, mask, 1 / 0.7))
+
+
+@pytest.mark.parametrize("rows", [0, 1, SUM_ROWS - 1, SUM_ROWS, 3 * SUM_ROWS + 5])
+@pytest.mark.parametrize("cols", [1, 33, 100])
+def test_backward_sums_the_bias_gradient_in_its_pass(rng, rows, cols):
+    x, gy = _x(rng, (rows, cols)), _x(rng, (rows, cols))
+    _, mask = relu_dropout_cpu(x, 0.3, seed=9, step=4)
+    gx_ref = relu_dropout_backward_ref(gy, mask, 1 / 0.7)
+    gx, gb = relu_dropout_backward_sum_cpu(gy, mask, 1 / 0.7)
+    np.testing.assert_array_equal(gx, gx_ref)
+    assert gb.dtype == np.float32 and gb.shape == (cols,)
+    np.testing.assert_allclose(gb, gx_ref.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-5)
+    kept = gy.copy()
+    same, gb_in_place = relu_dropout_backward_sum_cpu(kept, mask, 1 / 0.7, out=kept)  # the MLP's in-place use
+    assert same is kept
+    np.testing.assert_array_equal(kept, gx_ref)
+    np.testing.assert_array_equal(gb_in_place, gb)
+
+
+def test_the_bias_gradient_rounds_alike_on_any_thread_count(rng):
+    # chunks of SUM_ROWS rows are summed in a fixed order, so the bits do not depend on how many threads ran them
+    x, gy = _x(rng, (20 * SUM_ROWS + 7, 300)), _x(rng, (20 * SUM_ROWS + 7, 300)) * 1e3
+    _, mask = relu_dropout_cpu(x, 0.0)
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = relu_dropout_backward_sum_cpu(gy, mask, 1.0)[1]
+    finally:
+        numba.set_num_threads(threads)
+    np.testing.assert_array_equal(one, relu_dropout_backward_sum_cpu(gy, mask, 1.0)[1])
+
+
+def test_backward_sum_dispatches_on_each_backend(xp, rng):
+    x, gy = _x(rng, (70, 50)), _x(rng, (70, 50))
+    _, mask = relu_dropout_ref(x, 0.2, seed=1, step=1)
+    gx, gb = relu_dropout_backward_sum(xp.asarray(gy), xp.asarray(mask), 1.25)
+    gx_ref = relu_dropout_backward_ref(gy, mask, 1.25)
+    np.testing.assert_array_equal(to_host(gx), gx_ref)
+    np.testing.assert_allclose(to_host(gb), gx_ref.sum(axis=0), rtol=1e-5, atol=1e-5)
 
 
 def test_dispatch_on_each_backend(xp, rng):
