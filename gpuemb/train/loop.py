@@ -9,7 +9,7 @@ masks come from (seed, the MLP's step), which is module extra state; the shuffle
 the loader's position; new embedding rows from (seed, key); synthetic rows from (seed, split, row).
 """
 import math
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from gpuemb.autograd import backend, bce_with_logits
 from gpuemb.autograd.backend import get_array_module
@@ -185,6 +185,22 @@ class Batches:
         self.loader.load_state_dict(state)
 
 
+class Inline:
+    """An executor that runs each job as it is submitted, on the caller's thread; its future holds the result or the
+    error, raised where the caller waits, as a worker's would."""
+
+    def submit(self, fn, *args):
+        done = Future()
+        try:
+            done.set_result(fn(*args))
+        except Exception as e:  # noqa: BLE001  handed to the caller at result(), as ThreadPoolExecutor does
+            done.set_exception(e)
+        return done
+
+    def shutdown(self):
+        pass
+
+
 class Pipeline:
     """Steps a Trainer on Batches; with ``overlap``, the next batch is prepared while this one computes.
 
@@ -198,13 +214,20 @@ class Pipeline:
     the tables as the step left them.
 
     ``state_dict()`` is the loader's position after the last batch *trained*, not the one taken ahead.
+
+    On the CPU backend the prefetch runs in the step, where the worker would have started it (``Inline``): the
+    step's BLAS and numba kernels already keep every core busy, so a worker thread only took cores from them and
+    made each step 1 to 7 ms slower on 2 cores, for every store (docs/perf/README.md, "The prefetch on the CPU").
+    It makes the same prefetches at the same point of the step, so the results and counts are the worker's.
     """
 
     def __init__(self, trainer, batches, overlap=True):
         self.trainer, self.batches, self.overlap = trainer, batches, overlap
         self.collections = [m for m in trainer.model.modules() if isinstance(m, EmbeddingCollection)]
         self._it = self._ahead = self._job = self._state = None  # _state: after the last batch trained
-        self._worker = ThreadPoolExecutor(1, "gpuemb-prefetch") if overlap and self.collections else None
+        self._worker = None
+        if overlap and self.collections:
+            self._worker = Inline() if backend.DEVICE == "cpu" else ThreadPoolExecutor(1, "gpuemb-prefetch")
         self._device, self._stream = backend.current_device(), backend.new_stream()  # the rank's GPU, for the worker
         self.prefetched = self.skipped = 0  # table prefetches made, and skipped for want of room
 
