@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuemb.autograd import backend
-from gpuemb.kernels.gather import gather_rows
+from gpuemb.kernels.gather import gather_rows, scatter_rows
 
 from .slab import grown_to
 
@@ -43,6 +43,13 @@ def _gather(table, idx):
     """``table[idx]`` by the gather kernel, moving rows as unsigned integers: numba's CPU target has no float16."""
     bits = np.dtype(f"u{table.dtype.itemsize}")
     return gather_rows(table.view(bits), idx).view(table.dtype)
+
+
+def _scatter(table, idx, values):
+    """``table[idx] = values`` by the scatter kernel, as unsigned integers like ``_gather``."""
+    bits = np.dtype(f"u{table.dtype.itemsize}")
+    xp = backend.get_array_module(table)
+    scatter_rows(table.view(bits), idx, xp.ascontiguousarray(values, dtype=table.dtype).view(bits))
 
 
 class Tier:
@@ -139,7 +146,7 @@ class _SlabTier(Tier):
         self._check_values(values, rows.shape[0], "write")
         values = self._values(values)
         for s, sel, off in self._by_slab(rows):
-            self.slabs[s][off] = values[sel]
+            _scatter(self.slabs[s], off, values[sel])
         self.bytes_written += rows.shape[0] * self.spec.row_bytes
 
     def close(self):
@@ -187,9 +194,11 @@ class DeviceTier(Tier):
         self._check_rows(rows, "write")
         self._check_values(values, rows.shape[0], "write")
         values = backend.to_device(values)
-        if where is not None:
-            values = backend.xp.where(where[:, None], values, self.rows[rows])
-        self.rows[rows] = values
+        if where is not None and backend.is_device_array(rows):  # a count of the set ones would leave the device
+            values = backend.xp.where(where[:, None], values, _gather(self.rows, rows))
+        elif where is not None:
+            rows, values = rows[where], values[where]
+        _scatter(self.rows, rows, values)
         self.bytes_written += rows.shape[0] * self.spec.row_bytes
 
     def close(self):

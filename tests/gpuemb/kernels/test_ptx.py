@@ -62,6 +62,8 @@ SIGNATURES = {
     "gpuemb.store.init._draw_kernel": ["void(uint64[::1], int64, float64, uint64, uint64, float64[:, ::1])"],
     "gpuemb.kernels.gather._gather_rows_kernel": _each(
         "void({t}[:, ::1], int64[::1], {t}[:, ::1])", "float32", "float64", "uint16", "uint32", "uint64"),
+    "gpuemb.kernels.gather._scatter_rows_kernel": _each(  # the tiers' writes, as unsigned bits
+        "void({t}[:, ::1], int64[::1], {t}[:, ::1])", "uint16", "uint32", "uint64"),
     "gpuemb.kernels.relu_dropout._relu_dropout_kernel": _each(
         "void({t}[:, ::1], {t}[:, ::1], uint32[:, ::1], {t}[::1], uint64, uint64, uint64, uint64, uint64, {t}, "
         "int64, boolean)", "float32", "float16"),
