@@ -40,21 +40,23 @@ def test_a_slice_told_its_first_row_draws_the_whole_batchs_masks(rng, relu):
     assert not np.array_equal(relu_dropout_cpu(x[5:], 0.4, seed=3, step=9)[1], mask[5:])  # row0 matters
 
 
+@pytest.mark.parametrize("p", [0.4, 0.0])  # 0: the ReLU-and-bias pass that draws nothing
 @pytest.mark.parametrize("shape", [(5, 70), (2, 128)])
-def test_bias_plain_dropout_and_padded_rows_match_reference(rng, shape):
+def test_bias_plain_dropout_and_padded_rows_match_reference(rng, shape, p):
     x, bias = _x(rng, shape), _x(rng, shape[1:])
     for relu in (True, False):
-        got = relu_dropout_cpu(x, 0.4, seed=3, step=9, relu=relu, bias=bias, words_per_row=8)
-        want = relu_dropout_ref(x, 0.4, seed=3, step=9, relu=relu, bias=bias, words_per_row=8)
+        got = relu_dropout_cpu(x, p, seed=3, step=9, relu=relu, bias=bias, words_per_row=8)
+        want = relu_dropout_ref(x, p, seed=3, step=9, relu=relu, bias=bias, words_per_row=8)
         np.testing.assert_array_equal(got[1], want[1])
         np.testing.assert_array_equal(got[0], want[0])
         assert got[1].shape == (shape[0], 8) and not got[1][:, -1].any()  # padding words stay zero
 
 
-def test_in_place_output(rng):
+@pytest.mark.parametrize("p", [0.5, 0.0])
+def test_in_place_output(rng, p):
     x = _x(rng, (6, 40))
-    y_ref, mask_ref = relu_dropout_ref(x, 0.5, seed=1, step=2)
-    y, mask = relu_dropout_cpu(x, 0.5, seed=1, step=2, out=x)
+    y_ref, mask_ref = relu_dropout_ref(x, p, seed=1, step=2)
+    y, mask = relu_dropout_cpu(x, p, seed=1, step=2, out=x)
     assert y is x
     np.testing.assert_array_equal(x, y_ref)
     np.testing.assert_array_equal(mask, mask_ref)
