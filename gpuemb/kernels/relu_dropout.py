@@ -13,8 +13,8 @@ ranks draw the masks one process draws. With ``p = 0``, or outside training, no 
 ``relu=False`` the sign test is skipped and the op is plain dropout.
 
 - ``relu_dropout_ref`` / ``relu_dropout_backward_ref``: the definition, in NumPy;
-- ``relu_dropout_cpu``: numba, parallel over rows, each 32-bit word built in a register; with no draw to make
-  (p = 0, or eval), a branch-free pass over the row, then its bits;
+- ``relu_dropout_cpu``: numba, parallel over chunks of rows: a row's Philox draws into a buffer, then each 32-bit
+  word's values and bits in one loop; with no draw to make (p = 0, or eval), one fixed 32-lane loop a word;
 - ``relu_dropout_cuda``: one thread per mask word, so each word is written once with no atomics. A warp-ballot
   kernel (one thread per element, ``ballot_sync`` per 32 columns) would coalesce the loads of x better; it is
   the next version to try where the benchmark shows this one off its bandwidth floor.
@@ -87,7 +87,7 @@ def relu_dropout_backward_ref(gy, mask, scale):
 
 
 def _word_builder(philox):
-    """The body shared by the CPU and CUDA kernels, closed over the philox compiled for that device."""
+    """The CUDA kernel's body, closed over the philox compiled for the device (the CPU kernel draws a row at once)."""
 
     def build_word(x, out, r, w, bias, s0, s1, t0, t1, thr, scale, row0, relu):
         # Writes row r, columns [32w, 32w + 32) of out and returns their keep bits. The Philox words of four
@@ -119,7 +119,6 @@ def _word_builder(philox):
     return build_word
 
 
-_build_word_cpu = numba.njit(_word_builder(philox4x32_10_cpu))
 _build_word_device = cuda.jit(device=True)(_word_builder(philox4x32_10_device))
 
 
@@ -143,11 +142,38 @@ def _launch_args(x, p, seed, step, training, bias, out, words_per_row, row0=0):
     return out, mask, (bias, s0, s1, t0, t1, thr, scale, np.int64(row0))
 
 
+DRAW_ROWS = 16  # rows a CPU thread takes at a time, with one buffer of draws for them
+
+
 @numba.njit(parallel=True, cache=True)
 def _relu_dropout_cpu(x, out, mask, bias, s0, s1, t0, t1, thr, scale, row0, relu):
-    for r in numba.prange(x.shape[0]):
-        for w in range(mask.shape[1]):
-            mask[r, w] = _build_word_cpu(x, out, r, w, bias, s0, s1, t0, t1, thr, scale, row0, relu)
+    # A row's draws first, four a Philox call, in a loop with no branch; then each word's values and bits in one
+    # loop over its columns. 2.1 to 2.4x faster than building each word element by element with the draw picked
+    # by lane (2048 x 1024: 4.8 against 10.2 ms on 2 cores), and the same bits.
+    rows, cols = x.shape
+    zero = x.dtype.type(0)
+    for chunk in numba.prange(-(-rows // DRAW_ROWS)):
+        draws = np.empty(4 * (cols // 4 + 2), dtype=np.uint64)
+        for r in range(chunk * DRAW_ROWS, min(rows, (chunk + 1) * DRAW_ROWS)):
+            base = (row0 + r) * cols  # the flat index of (r, 0) in the whole batch
+            q_lo = base >> 2
+            for k in range(((base + cols - 1) >> 2) - q_lo + 1):
+                q = np.uint64(q_lo + k)
+                d0, d1, d2, d3 = philox4x32_10_cpu(q & MASK32, q >> SHIFT32, t0, t1, s0, s1)
+                draws[4 * k], draws[4 * k + 1], draws[4 * k + 2], draws[4 * k + 3] = d0, d1, d2, d3
+            at = base - 4 * q_lo  # draws[at + c] is column c's
+            words = (cols + 31) >> 5
+            for w in range(words):
+                word = np.uint32(0)
+                for j in range(min(32, cols - (w << 5))):
+                    c = (w << 5) + j
+                    v = x[r, c] + bias[c]
+                    keep = (v > zero or not relu) and draws[at + c] >= thr
+                    out[r, c] = v * scale if keep else zero
+                    word |= np.uint32(keep) << np.uint32(j)
+                mask[r, w] = word
+            for w in range(words, mask.shape[1]):  # padding words (cuBLASLt's layout)
+                mask[r, w] = 0
 
 
 @numba.njit(parallel=True, cache=True)
