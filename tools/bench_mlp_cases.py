@@ -39,7 +39,7 @@ def _mlp_case(xp, B, sizes):
     x = Tensor(xp.asarray(rng.standard_normal((B, sizes[0]), dtype=np.float32)), requires_grad=True)
     params = []
     for n_in, n_out in zip(sizes, sizes[1:]):
-        params += [Tensor(xp.asarray(rng.standard_normal((n_out, n_in), dtype=np.float32) / np.sqrt(n_in)),
+        params += [Tensor(xp.asarray(rng.standard_normal((n_out, n_in), dtype=np.float32) / np.float32(np.sqrt(n_in))),
                           requires_grad=True),
                    Tensor(xp.asarray(rng.standard_normal(n_out, dtype=np.float32)), requires_grad=True)]
     layers = [FusedLayer(True, P, seed=i) for i in range(len(sizes) - 1)]

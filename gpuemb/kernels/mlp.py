@@ -276,6 +276,10 @@ class FusedMLP(Function):
         if len(params) != 2 * len(self.layers):
             raise ValueError(f"FusedMLP: {len(self.layers)} layers need {2 * len(self.layers)} weights and biases, "
                              f"got {len(params)}")
+        mixed = sorted({str(a.dtype) for a in (x, *params)} - {str(x.dtype)})
+        if self.cast is None and mixed:  # BLAS would upcast every matmul, silently (float64: half the speed)
+            raise ValueError(f"FusedMLP: the input is {x.dtype} but some weights or biases are {', '.join(mixed)}; "
+                             f"give them all one dtype (float32 parameters, float32 input)")
         self.dtypes = [a.dtype for a in (x, *params)]  # what each gradient is cast back to
         params = [self._in(a) for a in params]  # float16 copies of the float32 master weights, made each step
         self.weights, self.layer_inputs, self.masks = params[0::2], [], []

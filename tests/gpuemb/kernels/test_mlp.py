@@ -146,6 +146,9 @@ def test_bad_configurations_are_refused(rng):
         FusedMLP([FusedLayer(True), FusedLayer()]).apply(x, W, b)
     with pytest.raises(ValueError, match=r"want x \[B, in\]"):
         linear_forward(x, W.T, b)
+    # a float64 weight beside a float32 input would make every matmul a float64 one, at half the speed
+    with pytest.raises(ValueError, match="the input is float32 but some weights or biases are float64"):
+        FusedMLP([FusedLayer(True)]).apply(x, W.astype(np.float64), b)
 
 
 # -- the device path (nvmath's Matmul and the relu_dropout kernels): a GPU, or the emulated device ---------------
