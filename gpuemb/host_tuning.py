@@ -14,7 +14,6 @@ loads. Each one is left alone where the user has set it, so that a program embed
   from, and go back to, their own mappings.
 """
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -32,7 +31,7 @@ def _glibc():
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)  # the symbols the interpreter already has loaded, its C library's among them
         libc.gnu_get_libc_version  # only glibc has it
         return libc
     except (OSError, AttributeError):
