@@ -18,7 +18,8 @@ File attributes: ``format`` = "gpuemb-shard", ``version`` = 2 (3 where some feat
 sparse feature: feature k owns ``hotness[k]`` consecutive columns of ``sparse``, so ``S = sum(hotness)``; 0 marks a
 jagged feature, whose bags of any length are in the datasets of :mod:`gpuemb.io.shard_bags`), ``meta`` (the schema,
 sources, split and options that made it) and ``attr_crcs`` (the CRC32 of each of those attributes and of the
-checksum table, see :mod:`gpuemb.io.shard_attrs`). Each role is its own dataset, so a reader takes only the columns it needs.
+checksum table, see :mod:`gpuemb.io.shard_attrs`). Each role is its own dataset, so a reader takes only the columns
+it needs.
 
 A shard is written to ``part-*.h5.tmp`` and renamed when complete, so a file named ``.h5`` is never half
 written by a run that stopped. What a disk or a copy can still damage is caught: opening checks every attribute's

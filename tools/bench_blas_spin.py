@@ -43,7 +43,8 @@ def main():
     kernel, matmul = (lambda: row_norms(a, out)), (lambda: x @ w)
     kernel()
     print(f"kernel after a kernel {median_ms(kernel, kernel):.2f} ms, after a matmul {median_ms(matmul, kernel):.2f} "
-          f"ms; matmul after a matmul {median_ms(matmul, matmul):.2f} ms, after a kernel {median_ms(kernel, matmul):.2f} ms "
+          f"ms; matmul after a matmul {median_ms(matmul, matmul):.2f} ms, "
+          f"after a kernel {median_ms(kernel, matmul):.2f} ms "
           f"(numba layer {numba.threading_layer()}, {numba.get_num_threads()} threads)")
 
 

@@ -13,8 +13,9 @@ Three steps make a layer's forward and backward; each has a NumPy reference, a C
 - ``weight_grad``: ``gW = g.T @ x`` and, where no earlier step made it, ``gb = g.sum(0)``. GPU: ``gWᵀ = xᵀ @ g``
   with the BGRADB epilogue, whose sum over K is the bias gradient.
 - ``input_grad``: ``gx = g @ W``, then, if the layer below has a mask, ``gx * bit * scale`` and its bias gradient.
-  CPU: one numba pass, in place on the matmul's result, sums the bias gradient as it masks. GPU: ``gxᵀ = Wᵀ @ gᵀ`` with DRELU_BGRAD, the mask as the ReLU bitmask and alpha = the dropout scale
-  (OneFlow's fusion: the dropout bits are folded into the ReLU bitmask and the scale into alpha).
+  CPU: one numba pass, in place on the matmul's result, sums the bias gradient as it masks. GPU:
+  ``gxᵀ = Wᵀ @ gᵀ`` with DRELU_BGRAD, the mask as the ReLU bitmask and alpha = the dropout scale (OneFlow's
+  fusion: the dropout bits are folded into the ReLU bitmask and the scale into alpha).
 ``FusedMLP`` chains them over a stack of layers. It is one Function for the whole stack because DRELU_BGRAD fuses
 layer l-1's activation backward into layer l's input-gradient matmul, across what would be a Function boundary.
 
