@@ -1,7 +1,7 @@
 """Ops that move data without arithmetic: reshape, transpose, concat, split, indexing and row gathers."""
 import numpy
 
-from ..backend import aligned_empty, get_array_module, scatter_add
+from ..backend import aligned_empty, get_array_module, is_device_array, scatter_add
 from ..function import Function, ShapeError
 from ..tensor import Tensor
 
@@ -113,7 +113,9 @@ class Take(Function):
         self.axis = self.axis % x.ndim
         n = x.shape[self.axis]
         idx = self.indices
-        if idx.size and (int(idx.min()) < -n or int(idx.max()) >= n):
+        # Device indices are not checked: that would read them back and wait for the stream (the callers make
+        # them in range, as embedding_bag's slots).
+        if idx.size and not is_device_array(idx) and (int(idx.min()) < -n or int(idx.max()) >= n):
             raise ShapeError(f"take: indices span [{int(idx.min())}, {int(idx.max())}], "
                              f"outside axis {self.axis} of length {n} in shape {x.shape}")
         return get_array_module(x).take(x, idx, axis=self.axis)

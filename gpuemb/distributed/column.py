@@ -46,13 +46,13 @@ class ColumnShardTable(EmbeddingTable):
         w = initial_weights(self.config.initializer, keys, self.full_dim, self.config.dtype)
         return w[:, self.cols[0]:self.cols[1]]
 
-    def _new_rows(self, keys):
-        rows, steps = super()._new_rows(keys)
+    def _new_rows(self, keys, tags=None):
+        rows, steps = super()._new_rows(keys, tags)
         rows[:, :self.dim] = self._initial(keys)  # the state does not depend on the weights for any rule
         return rows, steps
 
-    def _peek(self, unique):
-        weights = super()._peek(unique)
+    def _peek(self, unique, tags=None):
+        weights = super()._peek(unique, tags)
         absent = np.flatnonzero(self.home.locate(unique) < 0)
         if absent.size:
             weights[to_device(absent)] = to_device(self._initial(unique[absent]).astype(weights.dtype))
@@ -61,9 +61,9 @@ class ColumnShardTable(EmbeddingTable):
     def _working_rows(self, slots):
         return self.format.unpack(self.top.tier.read(slots))
 
-    def _update(self, keys, slots, positions, grads):
+    def _update(self, keys, tags, slots, positions, grads):
         if not self.coupled:
-            return super()._update(keys, slots, positions, grads)
+            return super()._update(keys, tags, slots, positions, grads)
         if self.held is not None:
             raise ValueError(f"{self.config.name}: a column shard under row-wise Adagrad cannot hold its updates "
                              "for a loss scaler: its accumulator needs the other shards' sums of the unscaled "
@@ -72,18 +72,18 @@ class ColumnShardTable(EmbeddingTable):
         with self._lock:
             w = to_host(self._working_rows(slots[positions])[:, :self.dim]).astype(np.float64)
         g = to_host(grads).astype(np.float64) + self.rule.weight_decay * w  # what the kernel squares
-        self._pending = (keys, slots, positions, grads, (g * g).sum(axis=1))
+        self._pending = (keys, tags, slots, positions, grads, (g * g).sum(axis=1))
 
     def pending_sums(self):
         """The per-key sums of squared gradients over this shard's columns, float64 ``[U]`` in the order of the
         batch's unique keys (empty when the shard got no keys this step)."""
-        return np.zeros(0) if self._pending is None else self._pending[4]
+        return np.zeros(0) if self._pending is None else self._pending[5]
 
     def finish(self, total):
         """Apply the held-back update with ``total [U]``, the sums over all of the row's columns."""
         if self._pending is None:
             return
-        keys, slots, positions, grads, local = self._pending
+        keys, tags, slots, positions, grads, local = self._pending
         self._pending = None
         s = slots[positions]
         acc = self.format.working_layout["sum"].start
@@ -94,4 +94,4 @@ class ColumnShardTable(EmbeddingTable):
             rows = self._working_rows(s)
             rows[:, acc] += get_array_module(rows).asarray(shift, dtype=rows.dtype)
             self.top.tier.write(s, self.format.pack(rows))
-            self._update_rows(keys, slots, positions, grads)
+            self._update_rows(keys, tags, slots, positions, grads)

@@ -65,15 +65,21 @@ def _bag_of(offsets, n):
     return xp.searchsorted(offsets, xp.arange(n), side="right") - 1
 
 
-def _runs(slots, offsets, n):
+def _runs(slots, offsets, n, n_slots=None):
     """The backward's segment sum: unique slots, the bag each sorted slot takes its gradient from, run bounds, and
     the stable sort order (the flat position of each sorted slot: a max's routing and a sum's weights need it).
 
-    The bounds ``[U+1]`` delimit each run of equal slots in the stable sort order.
+    The bounds ``[U+1]`` delimit each run of equal slots in the stable sort order. ``n_slots``: the slots are
+    known to be every one of ``0..n_slots-1`` (the store's positions among a batch's unique keys), so the runs'
+    starts are found by a search, and nothing is read back (a mask's compaction would be).
     """
     xp = get_array_module(slots)
     order = xp.argsort(slots, kind="stable")
     ordered = slots[order]
+    if n_slots is not None:
+        starts = xp.searchsorted(ordered, xp.arange(n_slots), side="left")
+        bounds = xp.concatenate([starts, xp.full(1, n, dtype=starts.dtype)])
+        return xp.arange(n_slots), _bag_of(offsets, n)[order], bounds, order
     starts = xp.flatnonzero(xp.concatenate([xp.ones(min(1, n), dtype=bool), ordered[1:] != ordered[:-1]]))
     bounds = xp.concatenate([starts, xp.full(1, n, dtype=starts.dtype)])  # no upload
     return ordered[starts], _bag_of(offsets, n)[order], bounds, order
@@ -252,7 +258,7 @@ def _runs_cpu(slots, offsets, n, pooled):
     return unique, _bag_of(offsets, n)[order], bounds, order
 
 
-def embedding_bag_backward_cpu(gy, slots, offsets=None, mode="sum", weights=None, argmax=None):
+def embedding_bag_backward_cpu(gy, slots, offsets=None, mode="sum", weights=None, argmax=None, n_slots=None):
     pooled = offsets is not None
     offsets = _row_offsets(offsets, slots)
     unique, bag, bounds, order = _runs_cpu(slots, offsets, slots.size, pooled)
@@ -355,9 +361,9 @@ def embedding_bag_max_cuda(table, slots, offsets):
     return out, argmax
 
 
-def embedding_bag_backward_cuda(gy, slots, offsets=None, mode="sum", weights=None, argmax=None):
+def embedding_bag_backward_cuda(gy, slots, offsets=None, mode="sum", weights=None, argmax=None, n_slots=None):
     offsets = _row_offsets(offsets, slots)
-    unique, bag, bounds, order = _runs(slots, offsets, slots.size)
+    unique, bag, bounds, order = _runs(slots, offsets, slots.size, n_slots)
     weight = _no_weights(gy) if weights is None else weights[order]
     route = None if argmax is None else order
     return unique, _segment_rows_cuda(_bag_grads(gy, offsets, mode), bag, weight, bounds, False, route, argmax)
@@ -434,11 +440,13 @@ def embedding_bag_max(table, slots, offsets):
     return impl(table, slots, offsets)
 
 
-def embedding_bag_backward(gy, slots, offsets=None, mode="sum", weights=None, argmax=None):
+def embedding_bag_backward(gy, slots, offsets=None, mode="sum", weights=None, argmax=None, n_slots=None):
     """``(unique_slots [U], summed_row_grads [U, D])`` for the output gradient ``gy``; deterministic, no atomics.
 
     A weighted sum takes its forward's ``weights [N]``, a pooled max its forward's ``argmax [B, D]``
-    (``embedding_bag_max``): each output element's gradient goes to the one slot whose row held the max."""
+    (``embedding_bag_max``): each output element's gradient goes to the one slot whose row held the max.
+    ``n_slots``: the caller vouches that the slots are exactly ``0..n_slots-1``, each at least once, so the
+    unique slots are known without a read of the device (the store's positions among unique keys are)."""
     _check(slots, offsets, mode, weights=weights)
     _check_grad(gy, slots, offsets, "embedding_bag_backward")
     routed = mode == "max" and offsets is not None
@@ -447,7 +455,7 @@ def embedding_bag_backward(gy, slots, offsets=None, mode="sum", weights=None, ar
                          f"{list(gy.shape)} of embedding_bag_max; got mode={mode!r} and argmax of shape "
                          f"{None if argmax is None else argmax.shape}")
     impl = embedding_bag_backward_cuda if is_device_array(gy) else embedding_bag_backward_cpu
-    return impl(gy, slots, offsets, mode, _in_dtype_of(weights, gy), argmax)
+    return impl(gy, slots, offsets, mode, _in_dtype_of(weights, gy), argmax, n_slots)
 
 
 def embedding_bag_weight_grad(table, slots, offsets, gy):
@@ -473,11 +481,11 @@ class EmbeddingBagFunction(Function):
     (``embedding_bag_weight_grad`` computes one for callers that train them).
     """
 
-    def __init__(self, slots, offsets=None, mode="sum", on_grad=None, weights=None):
+    def __init__(self, slots, offsets=None, mode="sum", on_grad=None, weights=None, n_slots=None):
         if not callable(on_grad):
             raise TypeError("EmbeddingBagFunction: on_grad must be a callable(unique_slots, summed_row_grads)")
         self.slots, self.offsets, self.mode, self.on_grad = slots, offsets, mode, on_grad
-        self.weights, self.argmax = weights, None
+        self.weights, self.argmax, self.n_slots = weights, None, n_slots
 
     def forward(self, table):
         if self.mode == "max" and self.offsets is not None:  # the backward routes by where each max came from
@@ -486,5 +494,6 @@ class EmbeddingBagFunction(Function):
         return embedding_bag(table, self.slots, self.offsets, self.mode, self.weights)
 
     def backward(self, gy):
-        self.on_grad(*embedding_bag_backward(gy, self.slots, self.offsets, self.mode, self.weights, self.argmax))
+        self.on_grad(*embedding_bag_backward(gy, self.slots, self.offsets, self.mode, self.weights, self.argmax,
+                                             self.n_slots))
         return None

@@ -48,13 +48,13 @@ class CacheLevel(RowLevel):
             self._write_down(self.xp.asarray(dirty[start:start + step]))
         self.below.flush(chunk)
 
-    def _fetch(self, keys, miss):
+    def _fetch(self, keys, miss, tags=None):
         xp, width = self.xp, self.tier.width
         at = xp.flatnonzero(miss)
         rows = xp.zeros((keys.shape[0], width), self.tier.dtype)
         steps = xp.zeros(keys.shape[0], np.int32)
         if at.shape[0]:
-            got, got_steps = self.below.take(to_host(keys[at]))
+            got, got_steps = self.below.take(to_host(keys[at]), None if tags is None else to_host(tags[at]))
             got, got_steps = _unpack(xp, self.here(_pack(np, got, got_steps.astype(np.int32))),
                                      (self.tier.dtype, width), (np.int32, 1))
             rows[at], steps[at] = got, got_steps

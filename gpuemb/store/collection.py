@@ -1,9 +1,13 @@
 """EmbeddingCollection: the embeddings of F sparse features as one layer, ``[B, F, D]`` out.
 
 Either each feature has its own table, or several features share one table (one key space, one cache, one
-snapshot): a feature's keys are then mixed with its index by a bijective 64-bit hash (splitmix64's finaliser over
-``key + f·golden``), so within a feature no two keys meet and across features a collision has odds of about
-2**-64 per pair. A shared table serves a whole batch in one lookup.
+snapshot): a feature's keys are then mixed with its index by a bijective 64-bit hash (``mixing.py``), so within a
+feature no two keys meet and across features a collision has odds of about 2**-64 per pair.
+
+Either way a batch costs one lookup per physical store, not per table: a shared table is one store, and tables of
+their own that share a row format are batched into one (``batched.py``). Each store's keys are gathered from the
+batch, mixed where the store holds several key spaces, looked up, and its rows put in the features' order, by a
+fixed number of array calls whatever the number of features.
 
 The rows are updated by the tables themselves in the backward, so the collection has no dense parameters. In
 eval mode (``collection.eval()``) lookups do not insert keys: an unseen key reads as its initial weights.
@@ -12,23 +16,14 @@ import numpy as np
 
 from gpuemb.autograd import backend, concat
 from gpuemb.autograd.backend import get_array_module
-from gpuemb.io.hashing import GOLDEN, splitmix64_finalizer
+from gpuemb.autograd.ops.shape import take
 from gpuemb.io.jagged import JaggedFeatures
 from gpuemb.kernels.embedding_bag import MODES
 from gpuemb.nn.module import Module
 
+from .batched import batch_tables
+from .mixing import feature_keys
 from .table import EmbeddingTable
-
-
-def feature_keys(keys, feature):
-    """``keys`` (int64) of feature ``feature`` moved into its own part of a shared key space; ``feature`` may be an
-    array that broadcasts against ``keys`` (``np.arange(F)`` for ``keys [B, F]``)."""
-    xp = get_array_module(keys, feature)
-    keys = keys.astype(np.int64, copy=False) if backend.is_device_array(keys) else np.asarray(keys, np.int64)
-    step = np.uint64(feature + 1) if np.isscalar(feature) else feature.astype(np.uint64) + np.uint64(1)
-    with np.errstate(over="ignore"):  # the hash wraps around 2**64 on purpose, on either device
-        z = keys.view(np.uint64) + step * GOLDEN
-        return xp.ascontiguousarray(splitmix64_finalizer(z)).view(np.int64)
 
 
 def stackable(configs, n_features, owner, mixed=False):
@@ -78,6 +73,48 @@ def fixed_hotness(hotness, n_features, owner):
     return None if max(hot) == 1 else tuple(int(h) for h in hot)
 
 
+class Part:
+    """What one physical store serves of a collection: the ``features`` (indices) it looks up, and the key space
+    each of them takes in it (``spaces``, None: the keys as they are); ``tagged``: the spaces are the store's
+    tables, so the lookup passes them on as tags."""
+
+    def __init__(self, store, features, spaces, tagged):
+        self.store, self.features, self.tagged = store, np.asarray(features), tagged
+        self.spaces = None if spaces is None else np.asarray(spaces, np.int64)
+        self._device = {}  # device copies of the index arrays, by what they are for (and the batch size)
+
+    def on_device(self, what, make):
+        """The array ``make()`` (NumPy) on the device, made and uploaded once per ``what``."""
+        if what not in self._device:
+            self._device[what] = backend.xp.asarray(make()) if backend.xp is not np else make()
+        return self._device[what]
+
+    def matrix_keys(self, sparse, columns, n_columns):
+        """``(keys [B·C], tags or None)``: the part's keys of the matrix ``sparse [B, n_columns]`` (on its device),
+        row-major, where ``columns`` (NumPy) are the part's columns and each column's key space is ``spaces``
+        repeated as ``columns`` covers them."""
+        xp, B = get_array_module(sparse), sparse.shape[0]
+        if columns.size != n_columns or (columns != np.arange(n_columns)).any():
+            sparse = sparse[:, self.on_device(("columns", B), lambda: columns)]
+        return self._mixed(sparse, xp, ("matrix", B), lambda: np.broadcast_to(self._column_spaces(columns),
+                                                                               (B, columns.size)).ravel())
+
+    def _column_spaces(self, columns):
+        return self.spaces if self.spaces.size == columns.size else np.repeat(self.spaces, columns.size
+                                                                                  // self.spaces.size)
+
+    def _mixed(self, keys, xp, what, spaces_of_keys):
+        """``keys`` flat, mixed with the key space of each (``spaces_of_keys()``, NumPy, made once per ``what``),
+        and the tags where the store takes them."""
+        keys = keys.reshape(-1)
+        if self.spaces is None:  # a copy where it would be a view of the caller's batch, which a loader may reuse
+            return (keys.copy() if keys.base is not None else keys), None
+        spaces = self.on_device(what, spaces_of_keys)
+        mixed = feature_keys(keys, spaces)
+        return mixed, (self.on_device(what + ("tags",), lambda: spaces_of_keys().astype(np.int32))
+                       if self.tagged else None)
+
+
 class EmbeddingCollection(Module):
     """F features over ``configs``: one ``TableConfig`` per feature, or one config and ``n_features`` to share it.
 
@@ -91,97 +128,149 @@ class EmbeddingCollection(Module):
       single-hot batch takes the fast path;
     - a list of F ``(keys, offsets)`` bags, or ``(keys, offsets, weights)`` for a weighted sum (mode "sum"; the
       weights are data: no gradient reaches them).
+
+    ``tables``: each table (per feature, or the shared one), with its own name, config, keys and snapshot;
+    ``stores``: the physical stores they live in, one lookup each a batch (``batched=False``: one per table).
     """
 
-    def __init__(self, configs, n_features=None, mode="sum", hotness=None, mixed_dims=False):
+    def __init__(self, configs, n_features=None, mode="sum", hotness=None, mixed_dims=False, batched=True):
         if mode not in MODES:
             raise ValueError(f"EmbeddingCollection: mode={mode!r}; use one of {', '.join(MODES)}")
         configs, self.dim = stackable(configs, n_features, "EmbeddingCollection", mixed_dims)
         self.shared = n_features is not None
-        self.tables = [EmbeddingTable(c) for c in configs]
         self.n_features = n_features if self.shared else len(configs)
         self.dims = tuple(c.dim for c in configs) * (self.n_features if self.shared else 1)  # per feature
         self.width = sum(self.dims)  # of one sample's embeddings side by side
         self.mode = mode
         self.hotness = fixed_hotness(hotness, self.n_features, "EmbeddingCollection")
+        if self.shared:
+            self.tables = self.stores = [EmbeddingTable(configs[0])]
+            self.parts = [Part(self.tables[0], range(self.n_features), range(self.n_features), False)]
+        else:
+            self.stores, self.tables = batch_tables(configs, batched)
+            self.parts = [self._part(store) for store in self.stores]
+        order = np.concatenate([p.features for p in self.parts])
+        self._order = None if (order == np.arange(self.n_features)).all() else order
+        self._ahead = None  # (sparse, its lookups) of the batch table_keys was last given, for its forward
+
+    def _part(self, store):
+        features = [f for f, t in enumerate(self.tables) if getattr(t, "store", t) is store]
+        if store.n_tables == 1:
+            return Part(store, features, None, False)
+        return Part(store, features, [self.tables[f].tag for f in features], True)
 
     def table_keys(self, sparse):
-        """``[(table, keys)]``: the keys each table looks up in a forward on ``sparse`` (int64 ``[B, F]``, or
-        ``[B, sum(hotness)]``), in the order the forward looks them up. A prefetch given the same keys hands the
-        lookup its sort and pinned slots."""
-        sparse = self._input(sparse)
-        if isinstance(sparse, (list, tuple)):
-            return [(t, keys) for t, keys, _, _ in self._bag_lookups(sparse)]
-        return [(t, keys) for t, keys, _ in self._lookups(sparse)]
+        """``[(store, keys, tags)]``: the keys each physical store looks up in a forward on ``sparse`` (int64
+        ``[B, F]``, or ``[B, sum(hotness)]``), in the order the forward looks them up, with their tags where the
+        store holds several tables. A prefetch given the same keys hands the lookup its sort and pinned slots: the
+        forward on the same ``sparse`` object looks up these very arrays, so the store sees it without comparing
+        them (a read of the device). The keys are the collection's own: nothing else writes them."""
+        lookups = self._lookups(self._input(sparse))
+        self._ahead = (sparse, lookups)
+        return [(part.store, keys, tags) for part, keys, _, _, tags in lookups]
 
     def _input(self, sparse):
-        """``sparse`` as a matrix (single-hot or fixed hotness) or as a list of F bags."""
+        """``sparse`` as a matrix (single-hot or fixed hotness), as ``JaggedFeatures``, or as a list of F bags."""
         if isinstance(sparse, JaggedFeatures):
             if sparse.single_hot and self.hotness is None:
                 return sparse.dense()
+            if len(self.parts) == 1:
+                return sparse  # feature-major already: one store takes it as it is
             parts = 3 if sparse.weights is not None else 2
             return [sparse.feature(f)[:parts] for f in range(sparse.n_features)]
         return sparse
 
     def _lookups(self, sparse):
-        """``[(table, keys, offsets or None)]`` of a forward on the matrix ``sparse``, on its device."""
-        if self.hotness is None:
-            keys = mixed_keys(sparse, self.n_features, self.shared, "EmbeddingCollection")
-            if self.shared:
-                return [(self.tables[0], keys.reshape(-1), None)]
-            return [(t, keys[:, f], None) for f, t in enumerate(self.tables)]
-        hot = self.hotness
-        xp = get_array_module(sparse)
-        columns = np.repeat(np.arange(self.n_features), hot)  # the feature of each column
-        keys = mixed_keys(sparse, columns.size, False, "EmbeddingCollection",
-                          f" with hotness {hot}: [B, {columns.size}], each feature's keys side by side")
-        if self.shared:
-            keys = feature_keys(keys, xp.asarray(columns))
-        B, ends = keys.shape[0], np.cumsum(hot)
-        bags = [(xp.ascontiguousarray(keys[:, e - h:e]).reshape(-1), xp.arange(B + 1, dtype=np.int64) * h)
-                for h, e in zip(hot, ends)]
-        if not self.shared:
-            return [(t, k, o) for t, (k, o) in zip(self.tables, bags)]
-        return [(self.tables[0], *feature_major(bags, xp))]
-
-    def forward(self, sparse):
-        sparse = self._input(sparse)
+        """``[(part, keys, offsets or None, weights or None, tags or None)]`` of a forward, one per store."""
+        if isinstance(sparse, JaggedFeatures):
+            return [self._jagged(self.parts[0], sparse)]
         if isinstance(sparse, (list, tuple)):
-            return self._pooled(sparse)
-        B = np.shape(sparse)[0]
-        rows = [t.lookup(k, o, None if o is None else self.mode, self.training) for t, k, o in self._lookups(sparse)]
-        if not self.shared:
-            return self._side_by_side(rows, B)
+            if len(sparse) != self.n_features:
+                raise ValueError(f"EmbeddingCollection: {len(sparse)} (keys, offsets) bags for {self.n_features} "
+                                 "features")
+            bags = [_host_bag(f, bag) for f, bag in enumerate(sparse)]
+            return [self._bags(part, [bags[f] for f in part.features]) for part in self.parts]
         if self.hotness is None:
-            return rows[0].reshape(B, self.n_features, self.dim)
-        return rows[0].reshape(self.n_features, B, self.dim).transpose(1, 0, 2)
+            sparse = mixed_keys(sparse, self.n_features, False, "EmbeddingCollection")
+            return [(p, keys, None, None, tags) for p in self.parts
+                    for keys, tags in [p.matrix_keys(sparse, p.features, self.n_features)]]
+        hot = np.asarray(self.hotness)
+        C = int(hot.sum())
+        sparse = mixed_keys(sparse, C, False, "EmbeddingCollection",
+                            f" with hotness {self.hotness}: [B, {C}], each feature's keys side by side")
+        return [self._multi_hot(p, sparse, hot) for p in self.parts]
 
-    def _bag_lookups(self, bags):
-        """``[(table, keys, offsets, weights or None)]`` of a forward on F bags, on the host."""
-        if len(bags) != self.n_features:
-            raise ValueError(f"EmbeddingCollection: {len(bags)} (keys, offsets) bags for {self.n_features} features")
-        bags = [_host_bag(f, bag) for f, bag in enumerate(bags)]
-        if not self.shared:
-            return [(t, k, o, w) for t, (k, o, w) in zip(self.tables, bags)]
-        # bags in feature-major order, one lookup: [F·B, D]
-        keys, offsets = feature_major([(feature_keys(k, f), o) for f, (k, o, _) in enumerate(bags)], np)
+    def _multi_hot(self, part, sparse, hot):
+        """A part's lookup of fixed-hotness keys: its features' bags feature after feature, by one gather."""
+        B, starts = sparse.shape[0], np.concatenate([[0], np.cumsum(hot)[:-1]])
+        h = hot[part.features]
+
+        def flat():  # the position in sparse.ravel() of each key, feature-major: feature, then row, then column
+            return np.concatenate([(np.arange(B)[:, None] * hot.sum() + s + np.arange(n)).ravel()
+                                   for s, n in zip(starts[part.features], h)])
+
+        at = part.on_device(("multi-hot", B), flat)
+        spaces = (lambda: np.repeat(part.spaces, h * B)) if part.spaces is not None else None
+        keys, tags = part._mixed(sparse.reshape(-1)[at], get_array_module(sparse), ("multi-hot-spaces", B), spaces)
+        offsets = part.on_device(("multi-hot-offsets", B),
+                                 lambda: np.concatenate([[0], np.cumsum(np.repeat(h, B))]).astype(np.int64))
+        return part, keys, offsets, None, tags
+
+    def _jagged(self, part, jagged):
+        """The one store's lookup of ``JaggedFeatures``, as they are (feature-major): the key space of each key
+        from the bag it is in, on the device, nothing read back."""
+        xp, B = get_array_module(jagged.values), jagged.batch_size
+        keys, offsets = jagged.values.astype(np.int64, copy=False), jagged.offsets.astype(np.int64, copy=False)
+        if part.spaces is None:
+            return part, keys, offsets, jagged.weights, None
+        feature = (xp.searchsorted(offsets, xp.arange(keys.shape[0]), side="right") - 1) // B
+        spaces = part.on_device(("jagged",), lambda: part.spaces)[feature]
+        return part, feature_keys(keys, spaces), offsets, jagged.weights, \
+            spaces.astype(np.int32) if part.tagged else None
+
+    def _bags(self, part, bags):
+        """A part's lookup of its features' ``(keys, offsets, weights)`` host bags, feature after feature."""
+        spaces = [None] * len(bags) if part.spaces is None else part.spaces
+        keys, offsets = feature_major([(k if s is None else feature_keys(k, s), o)
+                                       for (k, o, _), s in zip(bags, spaces)], np)
         weighted = any(w is not None for _, _, w in bags)  # then a feature without weights weighs each key 1
         weights = np.concatenate([np.ones(k.size) if w is None else w for k, _, w in bags]) if weighted else None
-        return [(self.tables[0], keys, offsets, weights)]
+        tags = np.repeat(part.spaces, [k.size for k, _, _ in bags]).astype(np.int32) if part.tagged else None
+        return part, keys, offsets, weights, tags
 
-    def _pooled(self, bags):
-        lookups = self._bag_lookups(bags)  # checks the bags
-        B = (lookups[0][2].size - 1) // (self.n_features if self.shared else 1)
-        rows = [t.lookup(k, o, self.mode, self.training, w) for t, k, o, w in lookups]
-        if self.shared:  # [F·B, D] -> [B, F, D]
-            return rows[0].reshape(self.n_features, B, self.dim).transpose(1, 0, 2)
-        return self._side_by_side(rows, B)
+    def forward(self, sparse):
+        ahead, self._ahead = self._ahead, None
+        lookups = ahead[1] if ahead is not None and ahead[0] is sparse else self._lookups(self._input(sparse))
+        outs = []
+        for part, keys, offsets, weights, tags in lookups:
+            F = part.features.size
+            B = keys.shape[0] // F if offsets is None else (offsets.shape[0] - 1) // F
+            if offsets is None:
+                rows = part.store.lookup(keys, insert=self.training, tags=tags).reshape(B, F, -1)
+            else:  # pooled bags come feature after feature
+                rows = part.store.lookup(keys, offsets, self.mode, self.training, weights, tags)
+                rows = rows.reshape(F, B, -1).transpose(1, 0, 2)
+            outs.append(rows.reshape(B, -1) if self.dim is None else rows)
+        return self._in_feature_order(outs, B)
 
-    def _side_by_side(self, rows, B):
-        """Each feature's ``[B, d]`` rows as ``[B, F, D]``, or as ``[B, sum of dims]`` where the dims differ."""
-        if self.dim is None:
-            return concat([r.reshape(B, d) for r, d in zip(rows, self.dims)], axis=1)
-        return concat([r.reshape(B, 1, self.dim) for r in rows], axis=1)
+    def _in_feature_order(self, outs, B):
+        """The parts' rows ``[B, F_s, D]`` (or ``[B, F_s·D_s]`` of mixed dims) as ``[B, F, D]`` (``[B, width]``)
+        in the features' order: one concat and one gather, none where one store serves every feature in order."""
+        out = outs[0] if len(outs) == 1 else concat(outs, axis=1)
+        if self._order is None:
+            return out
+        if self.dim is not None:
+            return take(out, self._perm(("feature order", B), lambda: np.argsort(self._order)), axis=1)
+        dims = np.asarray(self.dims)
+
+        def columns():  # the column of the concatenated rows that each output column comes from
+            starts = np.concatenate([[0], np.cumsum(dims[self._order])[:-1]])
+            at = dict(zip(self._order.tolist(), starts.tolist()))
+            return np.concatenate([at[f] + np.arange(d) for f, d in enumerate(dims)])
+        return take(out, self._perm(("column order", B), columns), axis=1)
+
+    def _perm(self, what, make):
+        return self.parts[0].on_device(what, make)
 
 
 def _host_bag(feature, bag):

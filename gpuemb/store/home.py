@@ -12,12 +12,13 @@ from .level import RowLevel
 
 
 class HomeLevel(RowLevel):
-    """Every key's rows in ``tier``; ``new_rows(keys) -> (rows [n, width], steps [n])`` makes those of new keys.
-    ``bound`` (``max_rows``; None: grows) and ``policy`` choose which keys a full home drops; ``ticks``: keep each
-    row's last change tick; ``pins``: keep pins where unbounded (a table that evicts by a rule)."""
+    """Every key's rows in ``tier``; ``new_rows(keys, tags) -> (rows [n, width], steps [n])`` makes those of new
+    keys (of tables ``tags``, or None). ``bound`` (``max_rows``; None: grows) and ``policy`` choose which keys a
+    full home drops; ``ticks``: keep each row's last change tick; ``pins``: keep pins where unbounded (a table that
+    evicts by a rule); ``owners``: keep each row's table (a store of several)."""
 
-    def __init__(self, tier, new_rows, bound=None, policy="lru", ticks=False, pins=False):
-        super().__init__(tier, bound, policy, ticks=ticks, pins=pins)
+    def __init__(self, tier, new_rows, bound=None, policy="lru", ticks=False, pins=False, owners=False):
+        super().__init__(tier, bound, policy, ticks=ticks, pins=pins, owners=owners)
         self.new_rows = new_rows
 
     def flush(self, chunk=1 << 16):
@@ -25,10 +26,11 @@ class HomeLevel(RowLevel):
         landed, so an error among them is raised here (before a snapshot of the rows is renamed into place)."""
         self.tier.sync()
 
-    def _fetch(self, keys, miss):
+    def _fetch(self, keys, miss, tags=None):
         if is_device_array(miss):  # draw every key's row rather than count the new ones: nothing is read back
-            return self.new_rows(keys)
-        rows, steps = self.new_rows(keys[miss])  # on the host, compacting is free and drawing is not
+            return self.new_rows(keys, tags)
+        # On the host, compacting is free and drawing is not.
+        rows, steps = self.new_rows(keys[miss], None if tags is None else tags[miss])
         full_rows = np.zeros((keys.shape[0], rows.shape[1]), rows.dtype)
         full_steps = np.zeros(keys.shape[0], steps.dtype)
         full_rows[miss], full_steps[miss] = rows, steps

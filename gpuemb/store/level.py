@@ -146,7 +146,7 @@ class RowLevel:
     """
     writes_down = False
 
-    def __init__(self, tier, bound=None, policy="lru", what="max_rows", ticks=False, pins=False):
+    def __init__(self, tier, bound=None, policy="lru", what="max_rows", ticks=False, pins=False, owners=False):
         self.tier, self.bound, self.what = tier, bound, what
         device = isinstance(tier, DeviceTier)
         self.xp = xp = backend.xp if device else np  # the bookkeeping lives beside the rows
@@ -162,6 +162,9 @@ class RowLevel:
         # table's update batches, and a row inserted or updated while it reads c is stamped c + 1
         # (``EmbeddingTable._tick``), so a marker taken at c sees it.
         self.touched = xp.zeros(1, np.int32) if ticks else None
+        # The table each row belongs to, in a store that batches several (``table.py``): given by the ``tags``
+        # of the acquire or put that inserts the key.
+        self.owners = xp.zeros(1, np.int32) if owners else None
         self.clock = 0
         self.counters = xp.zeros(3, np.int64)  # hits, misses, evictions: counted where the masks are
         self.used_bound = 0  # host: at most this many rows are held
@@ -177,7 +180,7 @@ class RowLevel:
     @property
     def per_slot(self):
         """The per-slot arrays this level keeps besides the policy's."""
-        return [a for a in (self.keys, self.steps, self.dirty, self.touched) if a is not None]
+        return [a for a in (self.keys, self.steps, self.dirty, self.touched, self.owners) if a is not None]
 
     @property
     def overhead_bytes(self):
@@ -219,15 +222,15 @@ class RowLevel:
         if self.dirty is not None:
             self.dirty[slots] = True
 
-    def acquire(self, keys):
+    def acquire(self, keys, tags=None):
         """Slots of ``keys`` (distinct, int64 on this level's device), bringing absent rows here; each gets one pin
-        (see ``unpin``)."""
+        (see ``unpin``). ``tags`` (int32, one a key, or None): the table of each key, in a store of several."""
         slots = self.locate(keys)
         miss = slots < 0
         self.policy.pin(self._where(slots, ~miss))  # before any eviction below: this batch's rows must stay
         self._count(miss)
-        slots = self._insert(keys, miss, slots)
-        rows, steps = self._fetch(keys, miss)
+        slots = self._insert(keys, miss, slots, tags)
+        rows, steps = self._fetch(keys, miss, tags)
         self.write(slots, rows, steps, where=miss)
         self.policy.pin(self._where(slots, miss))
         self.policy.touch(slots)
@@ -242,21 +245,22 @@ class RowLevel:
         self.policy.unpin(slots)
         self.pins_held -= slots.shape[0]
 
-    def take(self, keys):
-        """``(rows, steps)`` of ``keys`` for the level above, brought here first."""
-        slots = self.acquire(keys)
+    def take(self, keys, tags=None):
+        """``(rows, steps)`` of ``keys`` (of tables ``tags``) for the level above, brought here first."""
+        slots = self.acquire(keys, tags)
         got = self.read(slots)
         self.unpin(slots)
         return got
 
-    def put(self, keys, rows, steps):
-        """Store rows written back from above (or imported), making room as needed; they are dirty here."""
+    def put(self, keys, rows, steps, tags=None):
+        """Store rows written back from above (or imported, of tables ``tags``), making room as needed; they are
+        dirty here."""
         keys = self.here(keys)
         slots = self.locate(keys)
         miss = slots < 0
         held = self._where(slots, ~miss)
         self.policy.pin(held)  # making room must not evict the rows being overwritten
-        slots = self._insert(keys, miss, slots)
+        slots = self._insert(keys, miss, slots, None if tags is None else self.here(tags))
         self.policy.unpin(held)
         self.write(slots, rows, self.here(steps))
         self.changed(slots)
@@ -271,16 +275,18 @@ class RowLevel:
         """Write every dirty row down to the home, so the home holds the newest of every row."""
         raise NotImplementedError(f"{type(self).__name__} leaves this to CacheLevel and HomeLevel")
 
-    def _fetch(self, keys, miss):
-        """``(rows [n, width], steps [n])`` of ``keys`` where ``miss`` is set (absent here); any rows elsewhere."""
+    def _fetch(self, keys, miss, tags=None):
+        """``(rows [n, width], steps [n])`` of ``keys`` (of tables ``tags``) where ``miss`` is set (absent here);
+        any rows elsewhere."""
         raise NotImplementedError(f"{type(self).__name__} leaves this to CacheLevel and HomeLevel")
 
     def _evicting(self, slots):
         """Called with the slots about to be evicted, before their keys are forgotten."""
         raise NotImplementedError(f"{type(self).__name__} leaves this to CacheLevel and HomeLevel")
 
-    def _insert(self, keys, miss, slots):
-        """``slots`` with fresh ones where ``miss`` is set, for the absent ``keys`` (distinct); makes room first."""
+    def _insert(self, keys, miss, slots, tags=None):
+        """``slots`` with fresh ones where ``miss`` is set, for the absent ``keys`` (distinct, of tables ``tags``);
+        makes room first."""
         fresh = self._settle(keys.shape[0], miss)
         pos, is_new = self.index.claim(keys, fresh)  # for distinct keys, is_new is miss
         new = self.alloc.alloc_where(is_new)
@@ -294,13 +300,16 @@ class RowLevel:
             self.dirty[put] = False
         if self.touched is not None:
             self.touched[put] = self.clock + 1
+        if self.owners is not None and tags is not None:
+            self.owners[put] = tags
         return self.xp.where(is_new, new, slots)
 
     def _grow(self):
         """Grow the per-slot arrays, the policy's too, to the tier's rows and the dump row."""
         cap = self.tier.capacity
-        self.keys, self.steps, self.dirty, self.touched = (None if a is None else grown_to(a, cap + 1)
-                                                           for a in (self.keys, self.steps, self.dirty, self.touched))
+        grown = (None if a is None else grown_to(a, cap + 1)
+                 for a in (self.keys, self.steps, self.dirty, self.touched, self.owners))
+        self.keys, self.steps, self.dirty, self.touched, self.owners = grown
         self.policy.grow(cap)
 
     def _settle(self, n, miss):

@@ -31,13 +31,15 @@ from .eviction import expired, unpinned
 from .home import HomeLevel
 from .init import initial_weights
 from .lease import Lease, hold
+from .mixing import unmixed
 from .row_format import RowFormat
 from .ssd_tier import SsdTier
 from .tiers import DeviceTier, HostTier, TierSpec
 
 
-def _levels(config, fmt, new_rows):
-    """The table's levels, top first, holding rows in the stored form ``fmt``."""
+def _levels(config, fmt, new_rows, owners=False):
+    """The table's levels, top first, holding rows in the stored form ``fmt``; ``owners``: the home keeps each
+    row's table (a store of several)."""
     o = config.options
     chunk_rows = o.chunk_rows if o.placement == "ssd" else 1  # only the SSD tier moves chunks
     spec = TierSpec(fmt.width, str(fmt.dtype), o.slab_rows, chunk_rows)
@@ -48,9 +50,10 @@ def _levels(config, fmt, new_rows):
 
     ticks = config.ticks
     if o.placement == "device":  # the home is the top level: its pins, if unbounded, only where keys may go
-        return [HomeLevel(DeviceTier(spec), new_rows, o.max_rows, o.policy, ticks, pins=config.evict is not None)]
+        return [HomeLevel(DeviceTier(spec), new_rows, o.max_rows, o.policy, ticks, pins=config.evict is not None,
+                          owners=owners)]
     tier = HostTier(spec) if o.placement == "host" else SsdTier(o.ssd_path, spec, o.ssd_threads)
-    home = HomeLevel(tier, new_rows, ticks=ticks)
+    home = HomeLevel(tier, new_rows, ticks=ticks, owners=owners)
     levels = [home]
     if o.host_cache_rows:
         levels.insert(0, cache(HostTier, o.host_cache_rows, home, "host_cache_rows"))
@@ -59,7 +62,10 @@ def _levels(config, fmt, new_rows):
 
 
 def _same(a, b):
-    """Whether two batches' keys are equal: one read on the device (a prefetch's lookup pays it, no other)."""
+    """Whether two batches' keys are equal: the same array (a collection hands a prefetched batch's keys to its
+    lookup), or else one read on the device (a prefetch's lookup pays it, no other)."""
+    if a is b:
+        return True
     if a.shape != b.shape:
         return False
     xp = backend.get_array_module(a, b)
@@ -67,18 +73,22 @@ def _same(a, b):
 
 
 class EmbeddingTable:
-    """One embedding table of ``config`` (a ``TableConfig``); see the module docstring."""
+    """One embedding table of ``config`` (a ``TableConfig``); see the module docstring.
 
-    def __init__(self, config):
-        self.config = config
+    ``n_tables`` > 1 makes it the store of that many tables of one row format (``batched.py``): its keys are theirs
+    mixed with their index (``mixing.py``), each call's ``tags`` say which table each key is of, and the home keeps
+    each row's table."""
+
+    def __init__(self, config, n_tables=1):
+        self.config, self.n_tables = config, n_tables
         self.dim, self.rule, self.lr = config.dim, config.rule, config.lr
         self.format = RowFormat(config.rule, config.dim, config.dtype)  # float16 weights: see row_format.py
-        self.levels = _levels(config, self.format, self._new_rows)
+        self.levels = _levels(config, self.format, self._new_rows, owners=n_tables > 1)
         self.top, self.home = self.levels[0], self.levels[-1]
-        self._prefetched = deque()  # (keys, unique keys, inverse, pinned slots) of prefetched batches, oldest first
+        self._prefetched = deque()  # (keys, unique keys, inverse, their tags, pinned slots) of prefetches, oldest first
         self._lock = threading.Lock()  # held while a level's rows or bookkeeping change
         self._released = deque()  # slots of lookups let go without a backward, to unpin at the next lock
-        self._dirty = []  # arrays of keys updated since clear_dirty()
+        self._dirty = []  # (keys, their tags or None) updated since clear_dirty()
         self.held = None  # a list while updates wait for release_updates() (a loss-scaled step), else None
         after = config.admit_after or 1
         self.admission = Admission(after, self.home) if after > 1 else None
@@ -86,7 +96,9 @@ class EmbeddingTable:
         self.trimmed = 0  # the oldest marker a delta can be taken since: the drops before it are forgotten
         self.dropped = False  # whether keys were dropped since clear_dirty(): an incremental cannot say so
 
-    def _new_rows(self, keys):
+    def _new_rows(self, keys, tags=None):
+        """A store of several tables draws a key's row from the table's own key, as the table alone would."""
+        keys = keys if tags is None else unmixed(keys, tags)
         w = initial_weights(self.config.initializer, keys, self.dim, self.config.dtype)
         return self.format.new_rows(w), backend.get_array_module(w).zeros(keys.shape[0], np.int32)
 
@@ -103,7 +115,7 @@ class EmbeddingTable:
             bound = self.top.bound
             return None if bound is None else bound - self.top.pins_held
 
-    def prefetch(self, keys, room=None):
+    def prefetch(self, keys, room=None, tags=None, copy=True):
         """Bring the rows of an upcoming batch's ``keys`` into the device rows and pin them until that batch's
         update (the next ``lookup`` takes over the pins of the oldest prefetch, and when it is given the same
         keys, its unique keys and slots as well). A training loop may call it from another thread while the
@@ -113,9 +125,14 @@ class EmbeddingTable:
         A table that admits keys reads an ssd home's chunks ahead but pins nothing, and returns False: admitting
         counts a batch's keys and inserts some, which must happen in batch order, after the previous batch's update
         and the evictions it triggers; done here, on the worker thread, it would depend on which ran first, and a
-        resumed run would not equal an unbroken one."""
-        keys = backend.xp.array(backend.to_device(keys, np.int64))  # a copy: the caller's may change before the lookup
+        resumed run would not equal an unbroken one. ``tags``: as ``lookup`` takes them. ``copy=False``: the keys
+        are the caller's own and will not change before the lookup (a collection's, whose lookup passes the same
+        array, so the lookup knows it without comparing them)."""
+        keys = backend.to_device(keys, np.int64)
+        if copy or not backend.is_device_array(keys):  # the caller's may change before the lookup
+            keys = backend.xp.array(keys)
         unique, inverse = unique_keys(keys)
+        tags = _unique_tags(None if tags is None else backend.to_device(tags, np.int32), unique, inverse)
         if room is not None and unique.size > room:
             return False
         if hasattr(self.home.tier, "read_ahead"):  # the disk works while the lock is free for the step's update
@@ -126,7 +143,7 @@ class EmbeddingTable:
             return False
         with self._lock:
             self._unpin_released()
-            self._prefetched.append((keys, unique, inverse, self.top.acquire(unique)))
+            self._prefetched.append((keys, unique, inverse, tags, self.top.acquire(unique, tags)))
         return True
 
     def _cold_slots(self, keys):
@@ -137,7 +154,7 @@ class EmbeddingTable:
         slots = self.home.locate(self.home.here(keys))
         return slots[slots >= 0]
 
-    def lookup(self, keys, offsets=None, mode=None, insert=True, weights=None):
+    def lookup(self, keys, offsets=None, mode=None, insert=True, weights=None, tags=None):
         """Rows of ``keys [N]`` (int64): ``[N, D]``, or with CSR ``offsets [B+1]`` pooled per bag by ``mode``
         ("sum", "mean" or "max"), ``[B, D]``. Differentiable: its backward updates the rows in place.
         ``weights [N]`` (mode "sum" only) make a weighted sum; they are data, so no gradient reaches them.
@@ -145,27 +162,33 @@ class EmbeddingTable:
         ``insert=False`` is the evaluation read (an ``EmbeddingCollection`` in eval mode): absent keys read as
         their initial weights and are not added, so evaluating neither grows the table nor, under ``max_rows``,
         evicts trained rows; it has no backward and leaves prefetched pins alone.
+
+        ``tags [N]`` (int32, on the keys' device), in a store of several tables: the table each key is of, its
+        keys mixed with that index (``mixing.feature_keys``).
         """
         _check_pooling(self.config.name, keys, offsets, mode, weights)
         # On the device from here on: device keys stay there (nothing below reads them back), host keys go up once.
         keys = backend.to_device(keys, np.int64)
         offsets = None if offsets is None else backend.to_device(offsets, np.int64)
         weights = None if weights is None else backend.to_device(weights, self.format.compute_dtype)
+        tags = self._checked_tags(tags, keys)
         if not insert:
             unique, inverse = unique_keys(keys)
-            return Tensor(embedding_bag(self._peek(unique), inverse, offsets, mode or "sum", weights))
+            peeked = self._peek(unique, _unique_tags(tags, unique, inverse))
+            return Tensor(embedding_bag(peeked, inverse, offsets, mode or "sum", weights))
         with self._lock:
             self._unpin_released()
             ahead = self._prefetched.popleft() if self._prefetched else None
             if ahead is not None and _same(ahead[0], keys):  # prefetched: sorted and pinned already
-                _, unique, inverse, slots = ahead
+                _, unique, inverse, tags, slots = ahead
             else:
                 unique, inverse = unique_keys(keys)
+                tags = _unique_tags(tags, unique, inverse)
                 if self.admission is not None:
                     unique, inverse = self.admission.admit(unique, inverse)
-                slots = self.top.acquire(unique)
+                slots = self.top.acquire(unique, tags)
                 if ahead is not None:
-                    self.top.unpin(ahead[3])
+                    self.top.unpin(ahead[4])
         rows = self.format.weights(self.top.tier.read(slots))
         if self.admission is not None:  # the default row of the keys still pending, after the admitted ones
             rows = backend.xp.concatenate([rows, backend.xp.zeros((1, self.dim), rows.dtype)])
@@ -173,11 +196,31 @@ class EmbeddingTable:
             self.top.unpin(slots)
             return Tensor(embedding_bag(rows, inverse, offsets, mode or "sum", weights))
         lease = Lease(self, slots)  # the backward takes the pins; a lookup let go gives them back (lease.py)
+        # Every position among the unique keys is some key's (none where pending keys share a default row).
+        n_slots = unique.shape[0] if self.admission is None else None
         fn = EmbeddingBagFunction(inverse, offsets, mode or "sum",
-                                  lambda u, g: self._update(unique, lease.take(), u, g), weights)
+                                  lambda u, g: self._update(unique, tags, lease.take(), u, g), weights, n_slots)
         out = fn.apply(Tensor(rows, requires_grad=True))
         hold(fn, lease)
         return out
+
+    def _checked_tags(self, tags, keys):
+        """``tags`` on the device, checked: shapes always, values where they come from the host (a device's would be
+        read back; the collection makes them in range)."""
+        if tags is None:
+            return None
+        name = self.config.name
+        if self.n_tables == 1:
+            raise ValueError(f"{name}.lookup: this store holds one table: give no tags, or build it with n_tables")
+        if np.shape(tags) != np.shape(keys):
+            raise ValueError(f"{name}.lookup: {np.shape(keys)[0]} keys and {np.shape(tags)[0]} tags; give one tag "
+                             "(the table's index in the store) a key")
+        if not backend.is_device_array(tags) and tags.size:
+            lo, hi = int(np.min(tags)), int(np.max(tags))
+            if lo < 0 or hi >= self.n_tables:
+                raise ValueError(f"{name}.lookup: tags span [{lo}, {hi}]; this store holds tables 0 to "
+                                 f"{self.n_tables - 1}: give each key its table's index")
+        return backend.to_device(tags, np.int32)
 
     def _unpin_released(self):
         """Unpin the slots of lookups let go since the last lock (the caller holds it)."""
@@ -188,9 +231,10 @@ class EmbeddingTable:
         with self._lock:
             self._unpin_released()
 
-    def _peek(self, unique):
-        """The weights of ``unique`` keys without inserting any: an evaluation must not grow the table (nor, under
-        ``max_rows``, evict trained rows for keys it merely saw); an absent key reads as its initial weights."""
+    def _peek(self, unique, tags=None):
+        """The weights of ``unique`` keys (of tables ``tags``) without inserting any: an evaluation must not grow
+        the table (nor, under ``max_rows``, evict trained rows for keys it merely saw); an absent key reads as its
+        initial weights."""
         present = to_host(self.home.locate(self.home.here(unique)) >= 0)  # an evaluation may read back
         weights = backend.xp.empty((unique.size, self.dim), self.format.compute_dtype)
         if present.any():
@@ -200,22 +244,24 @@ class EmbeddingTable:
             self.top.unpin(slots)
         if not present.all():  # a pending key reads the default row, as in training
             at = backend.to_device(np.flatnonzero(~present))
+            keys = unique[at] if tags is None else unmixed(unique[at], tags[at])
             weights[at] = 0 if self.admission is not None else \
-                initial_weights(self.config.initializer, unique[at], self.dim, self.config.dtype)
+                initial_weights(self.config.initializer, keys, self.dim, self.config.dtype)
         return weights
 
-    def _update(self, keys, slots, positions, grads):
-        """The fused row update of the rows at ``positions`` among the batch's unique ``keys``, then unpin."""
+    def _update(self, keys, tags, slots, positions, grads):
+        """The fused row update of the rows at ``positions`` among the batch's unique ``keys`` (of tables
+        ``tags``), then unpin."""
         if self.admission is not None:
             positions, grads = self.admission.rows_only(keys.shape[0], positions, grads)
         if self.held is not None:  # the step may yet be skipped: keep it, rows pinned, for release_updates()
-            self.held.append((keys, slots, positions, grads))
+            self.held.append((keys, tags, slots, positions, grads))
             return
         with self._lock:  # a prefetch on another thread may be moving rows of this level
             self._unpin_released()
-            self._update_rows(keys, slots, positions, grads)
+            self._update_rows(keys, tags, slots, positions, grads)
 
-    def _update_rows(self, keys, slots, positions, grads):
+    def _update_rows(self, keys, tags, slots, positions, grads):
         """Everything here stays on the top level's device: positions, slots, rows, steps and a cache's dirty flags."""
         s = slots[positions]
         rows, steps = self.top.read(s)
@@ -224,7 +270,7 @@ class EmbeddingTable:
         update_rows(rows, steps, xp.arange(s.shape[0]), grads, self.rule, self.lr)
         self.top.write(s, self.format.pack(rows), steps)
         self.top.changed(s)
-        self._dirty.append(keys[positions])
+        self._dirty.append((keys[positions], None if tags is None else tags[positions]))
         self.top.unpin(slots)
         self._tick(keys[positions], s)
 
@@ -291,33 +337,53 @@ class EmbeddingTable:
 
     def hold_updates(self):
         """Keep the row updates of the coming backwards, rows pinned, until ``release_updates``; returns the list of
-        their ``(keys, slots, positions, grads)``, whose grads a loss scaler unscales and checks in place."""
+        their ``(keys, tags, slots, positions, grads)``, whose grads a loss scaler unscales and checks in place. A
+        store of several tables holds once for them all: while it holds, a second call returns an empty list."""
+        if self.held is not None:
+            return []
         self.held = []
         return self.held
 
     def release_updates(self, apply=True):
         """Apply the held updates, or for a skipped step drop them, unpinning their rows either way."""
         held, self.held = self.held or [], None
-        for keys, slots, positions, grads in held:
+        for keys, tags, slots, positions, grads in held:
             if apply:
-                self._update(keys, slots, positions, grads)
+                self._update(keys, tags, slots, positions, grads)
             else:
                 with self._lock:
                     self.top.unpin(slots)
 
     # -- the interface of snapshots ------------------------------------------------------------------------------
-    def dirty_keys(self):
-        """The keys updated since the last ``clear_dirty()``, sorted, each once."""
-        self._dirty = [backend.unique(np.concatenate([to_host(k) for k in self._dirty]))] if self._dirty else []
-        return self._dirty[0] if self._dirty else np.zeros(0, np.int64)
+    def dirty_keys(self, table=None):
+        """The keys updated since the last ``clear_dirty()``, sorted, each once; in a store of several tables,
+        those of ``table`` (its index), as that table's own keys."""
+        keys, tags = self._dirty_pairs()
+        if table is not None:
+            keys = unmixed(keys[tags == table], table)
+        return backend.unique(keys)
 
-    def clear_dirty(self):
-        self._dirty = []
+    def _dirty_pairs(self):
+        """The dirty keys and their tags (zeros in a store of one table) as two NumPy arrays, merged into one entry."""
+        pairs = [(to_host(k), np.zeros(k.shape[0], np.int32) if t is None else to_host(t)) for k, t in self._dirty]
+        keys, tags = (np.concatenate([p[i] for p in pairs]) if pairs else np.zeros(0, dt)
+                      for i, dt in ((0, np.int64), (1, np.int32)))
+        self._dirty = [(keys, tags)] if keys.size else []
+        return keys, tags
+
+    def clear_dirty(self, table=None):
+        """Forget the dirty keys, all or (in a store of several tables) those of ``table``."""
+        if table is None:
+            self._dirty = []
+        else:
+            keys, tags = self._dirty_pairs()
+            self._dirty = [(keys[tags != table], tags[tags != table])] if keys.size else []
         self.dropped = False
 
-    def export(self, keys=None, chunk=1 << 16):
+    def export(self, keys=None, chunk=1 << 16, table=None):
         """``(keys [n], rows [n, width], steps [n])`` NumPy chunks of every row, or of ``keys`` that are present
-        (e.g. ``dirty_keys()``); writes the caches' dirty rows home first."""
+        (e.g. ``dirty_keys()``); writes the caches' dirty rows home first. ``table``: in a store of several tables,
+        only the rows of that one (its index), keys still as the store holds them."""
         self.top.flush()
         if keys is None:
             pairs = (pair for pair in self.home.index.items(chunk))
@@ -325,24 +391,35 @@ class EmbeddingTable:
             keys = np.asarray(keys, np.int64)
             pairs = ((keys[i:i + chunk], self.home.locate(keys[i:i + chunk])) for i in range(0, keys.size, chunk))
         for k, s in pairs:
-            k, s = to_host(k), to_host(s)
-            k, s = k[s >= 0], s[s >= 0]
+            k, s = self._of_table(to_host(k), to_host(s), table)
             if k.size:
                 rows, steps = self.home.read(self.home.here(s))
                 yield k, to_host(rows), to_host(steps).copy()
 
-    def keys(self, chunk=1 << 16):
-        """Every key, in chunks."""
-        for k, _ in self.home.index.items(chunk):
-            yield to_host(k)
+    def _of_table(self, keys, slots, table):
+        """The present ``keys`` and their home ``slots`` (NumPy), only those of ``table`` when it is given."""
+        held = slots >= 0
+        if table is not None:
+            held &= to_host(self.home.owners[self.home.here(np.where(held, slots, 0))]) == table
+        return keys[held], slots[held]
 
-    def import_rows(self, keys, rows, steps):
-        """Set the full rows ``[n, width]`` and update counts ``[n]`` of ``keys`` (inserting absent ones)."""
+    def keys(self, chunk=1 << 16, table=None):
+        """Every key, in chunks; ``table``: only that table's, in a store of several (as the store holds them)."""
+        for k, s in self.home.index.items(chunk):
+            yield self._of_table(to_host(k), to_host(s), table)[0]
+
+    def count(self, table):
+        """How many keys the table ``table`` (its index) has in this store of several."""
+        return sum(int(k.size) for k in self.keys(table=table))
+
+    def import_rows(self, keys, rows, steps, tags=None):
+        """Set the full rows ``[n, width]`` and update counts ``[n]`` of ``keys`` (inserting absent ones; of
+        tables ``tags`` in a store of several)."""
         keys = np.asarray(to_host(keys), np.int64)
         for level in self.levels[:-1]:
             level.drop(keys)  # the cached copies are older than what is imported
         home = self.home
-        home.put(keys, home.here(rows), home.here(np.asarray(to_host(steps), np.int32)))
+        home.put(keys, home.here(rows), home.here(np.asarray(to_host(steps), np.int32)), tags)
         if home.touched is not None:  # a change for deltas, as an update is
             home.touched[home.locate(home.here(keys))] = home.clock + 1
 
@@ -373,6 +450,16 @@ class EmbeddingTable:
         """Close the tiers (an ssd home's file stays on disk)."""
         for level in self.levels:
             level.tier.close()
+
+
+def _unique_tags(tags, unique, inverse):
+    """The tag of each of the batch's ``unique`` keys from the ``tags`` of its keys (None stays None): a key's
+    tags are all one table's, so the scatter's order does not matter."""
+    if tags is None:
+        return None
+    out = backend.get_array_module(tags).empty(unique.shape[0], np.int32)
+    out[inverse] = tags
+    return out
 
 
 def _check_pooling(name, keys, offsets, mode, weights):

@@ -272,7 +272,7 @@ class Pipeline:
         def submit():
             # The room is read here, after step i's lookups and before its update: with step i's rows still
             # pinned, so the decision is the same however late the worker runs (the update unpins them).
-            rooms = {id(t): t.room() for c in self.collections for t in c.tables}
+            rooms = {id(t): t.room() for c in self.collections for t in c.stores}
             self._job = self._worker.submit(self._prefetch, sparse, rooms)
         return submit
 
@@ -282,8 +282,8 @@ class Pipeline:
         with self._device, self._stream:
             backend.synchronize()
             for collection in self.collections:
-                for table, keys in collection.table_keys(sparse):
-                    done = table.prefetch(keys, room=rooms[id(table)])
+                for store, keys, tags in collection.table_keys(sparse):
+                    done = store.prefetch(keys, room=rooms[id(store)], tags=tags, copy=False)
                     self.prefetched, self.skipped = self.prefetched + done, self.skipped + (not done)
             self._stream.synchronize()
 

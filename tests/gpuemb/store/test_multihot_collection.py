@@ -65,12 +65,12 @@ def test_single_hot_jagged_features_take_the_gather_path(rng):
 def test_a_prefetch_of_the_batch_is_taken_over(shared, rng):
     c = _collection(shared, HOT)
     sparse = rng.integers(0, 1 << 40, (B, sum(HOT)))
-    for table, keys in c.table_keys(sparse):
-        assert table.prefetch(keys)
+    for store, keys, tags in c.table_keys(sparse):
+        assert store.prefetch(keys, tags=tags)
     out = c(sparse)
-    assert all(not t._prefetched for t in c.tables)  # each lookup took its prefetch over
+    assert all(not s._prefetched for s in c.stores)  # each lookup took its prefetch over
     out.backward(np.ones(out.shape, np.float32))
-    assert all(t.top.pins_held == 0 for t in c.tables)
+    assert all(s.top.pins_held == 0 for s in c.stores)
 
 
 def test_bad_hotness_and_shapes_are_one_line(rng):
