@@ -20,8 +20,12 @@ def test_a_checkpoint_of_the_flat_config_resumes_to_the_run_it_came_from(written
     summary = train(parse_config(README["flags"] + ["--resume", str(folder), "--no-progress"]))
     want = README["final_eval"]["one"]
     assert summary["steps"] == 8 and summary["steps_this_run"] == 4
-    if written_by == "one":  # the same process, the same kernels: bit for bit
-        assert {k: summary["eval"][k] for k in want} == want
+    if written_by == "one":  # one process: the same sums, to the rounding of the machine's BLAS kernels
+        # OpenBLAS picks its kernels by the processor, so on another machine than the one that wrote the fixture
+        # a matmul may round its last bit otherwise (a fresh machine read log_loss ...6537 for ...6556).
+        assert summary["eval"]["rows"] == want["rows"] and summary["eval"]["accuracy"] == want["accuracy"]
+        assert summary["eval"]["log_loss"] == pytest.approx(want["log_loss"], rel=1e-7)
+        assert summary["eval"]["auc"] == pytest.approx(want["auc"], abs=1e-6)
     else:  # 2 ranks' dense allreduce sums in another order
         assert summary["eval"]["log_loss"] == pytest.approx(want["log_loss"], rel=1e-5)
         assert summary["eval"]["auc"] == pytest.approx(want["auc"], abs=1e-4)
