@@ -3,6 +3,10 @@
 Parameters come as an iterable of Tensors (named "0", "1", ... by position), a dict ``{name: Tensor}``, or an
 iterable of ``(name, Tensor)`` pairs. State is kept per name: the rule's arrays and the parameter's own update
 count, which advances only on the steps where the parameter had a gradient.
+
+The optimizer holds its parameters in one flat buffer per dtype and device, each Tensor's ``data`` a view of it,
+and its rule's state beside it (``flat.py``), so a step whose parameters all have gradients runs an elementwise
+rule once for all of them rather than once per parameter: a fixed number of calls, however many layers.
 """
 import numbers
 
@@ -12,6 +16,7 @@ from gpuemb.autograd.backend import get_array_module, to_host
 from gpuemb.autograd.checks import check
 from gpuemb.autograd.registry import Registry
 
+from .flat import flat_groups
 from .schedules import ConstantLR, Schedule
 
 
@@ -53,7 +58,8 @@ class Optimizer:
             lr = ConstantLR(float(lr))
         self.rule, self.schedule = rule, lr
         self.step_count = 0  # optimizer steps taken: the schedule's input
-        self.state, self.steps = {}, {}  # per parameter name, made on its first update
+        self.state, self.steps = {}, {}  # per parameter name (views of the groups' flat state), from the first update
+        self.groups = flat_groups(self.params)
 
     @property
     def lr(self):
@@ -63,16 +69,31 @@ class Optimizer:
     def step(self):
         """Update each parameter whose ``.grad`` is not None, then advance the schedule."""
         lr = self.lr
-        for name, p in self.params.items():
-            if p.grad is None:
+        for group in self.groups:
+            names = [n for n in group.names if self.params[n].grad is not None]
+            for name in names:
+                p = self.params[name]
+                check(tuple(p.grad.shape) == p.shape, type(self).__name__,
+                      f"parameter {name!r} has shape {p.shape} but its grad has shape {tuple(p.grad.shape)}")
+                if name not in self.state:  # its views of the group's flat state, which is made once
+                    self.state[name], self.steps[name] = self._new_state(group, name), 0
+                self.steps[name] += 1
+            counts = {self.steps[n] for n in names}
+            if self.rule.elementwise and len(names) == len(group.names) and len(counts) == 1:
+                grad = group.gradient([self.params[n].grad for n in names])
+                self.rule.update(group.data, grad, group.state, lr, counts.pop())
                 continue
-            check(tuple(p.grad.shape) == p.shape, type(self).__name__,
-                  f"parameter {name!r} has shape {p.shape} but its grad has shape {tuple(p.grad.shape)}")
-            if name not in self.state:
-                self.state[name], self.steps[name] = self.rule.init_state(p.data), 0
-            self.steps[name] += 1
-            self.rule.update(p.data, p.grad, self.state[name], lr, self.steps[name])
+            for name in names:  # some parameters have no gradient, or another count: one at a time, on the views
+                p = self.params[name]
+                self.rule.update(p.data, p.grad, self.state[name], lr, self.steps[name])
         self.step_count += 1
+
+    def _new_state(self, group, name):
+        """A parameter's rule state: views of its group's flat state, or its own where the rule is not
+        elementwise (its state need not be shaped as the parameter: row-wise Adagrad keeps one sum a row)."""
+        if self.rule.elementwise:
+            return group.state_of(self.rule)[name]
+        return self.rule.init_state(self.params[name].data)
 
     def zero_grad(self):
         """Drop every parameter's gradient (set it to None)."""
@@ -110,6 +131,17 @@ class Optimizer:
                 check(tuple(saved[k].shape) == p.shape, owner, f"parameter {name!r}: saved {k!r} has shape "
                       f"{tuple(saved[k].shape)}, the parameter has shape {p.shape}")
             xp = get_array_module(p.data)
-            loaded[name] = {k: xp.array(saved[k]) for k in names}  # a copy: updates must not edit `state`
+            loaded[name] = {k: xp.asarray(saved[k], dtype=p.dtype) for k in names}
             steps[name] = int(saved["step"])
-        self.state, self.steps, self.step_count = loaded, steps, int(state["step_count"])
+        if not self.rule.elementwise:
+            self.state, self.steps, self.step_count = loaded, steps, int(state["step_count"])
+            return
+        for group in self.groups:  # into the flat state's views, each a copy: updates must not edit `state`
+            if any(name in loaded for name in group.names):
+                views = group.state_of(self.rule)
+                for name in group.names:
+                    for k, view in views[name].items():
+                        view[...] = loaded[name][k] if name in loaded else 0
+        self.state = {name: views for group in self.groups for name, views in group.state_of(self.rule).items()
+                      if name in loaded} if loaded else {}
+        self.steps, self.step_count = steps, int(state["step_count"])

@@ -14,6 +14,7 @@ from .adagrad import AdagradRule
 @dataclass(frozen=True)
 class RowwiseAdagradRule(AdagradRule, name="rowwise_adagrad"):
     """The row-wise Adagrad update of rows ``[..., D]`` (Adagrad's settings); see the module docstring."""
+    elementwise = False  # a row's mean over its D columns
 
     def fused_args(self):
         return "rowwise_adagrad", (self.eps,)

@@ -30,6 +30,8 @@ class UpdateRule(Settings):
 
     state_names = ()
     needs_step = False
+    elementwise = True  # each element's update reads only that element: a dense optimizer may run it on many
+    # parameters at once, flat (flat.py)
 
     def __init_subclass__(cls, name=None, **kwargs):
         super().__init_subclass__(**kwargs)
