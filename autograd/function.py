@@ -3,11 +3,13 @@
 A :class:`Function` runs ``forward`` on raw arrays. When grad mode is on and some input requires a gradient, each
 output Tensor remembers the Function as its ``creator``; those links are the tape. ``backward`` sorts the
 Functions that led to a tensor topologically and walks them in reverse, summing the gradients of tensors used
-more than once.
+more than once. Each Function keeps the phase of the step it was applied in (``launches``), and its backward is
+counted in the phase that maps to.
 """
 import contextlib
 import threading
 
+from . import launches
 from .backend import get_array_module, is_device_array, to_device, to_host
 from .tensor import Tensor
 
@@ -55,6 +57,7 @@ class Function:
         results = tuple(Tensor(y, requires_grad=record) for y in outputs)
         if record:
             self.inputs = inputs
+            self.phase = launches.current_phase()
             self.output_meta = [(y.shape, y.dtype) for y in outputs]
             for i, r in enumerate(results):
                 r.creator, r.output_index = self, i
@@ -103,7 +106,9 @@ def backward(tensor, grad=None):
     if grad is None:
         if tensor.size != 1:
             raise ShapeError(f"backward() without a gradient needs a single-element tensor, not shape {tensor.shape}")
-        grad = tensor.xp.ones_like(tensor.data)
+        # the seed counts with its creator's backward (a leaf has none: other)
+        with launches.phase(launches.backward_phase(getattr(tensor.creator, "phase", None))):
+            grad = tensor.xp.ones_like(tensor.data)
     grad = grad.data if isinstance(grad, Tensor) else grad
     if is_device_array(tensor.data) != is_device_array(grad):  # e.g. another stack's host gradient: one copy
         grad = to_device(grad) if is_device_array(tensor.data) else to_host(grad)
@@ -115,21 +120,28 @@ def backward(tensor, grad=None):
     pending = {id(tensor.creator): [None] * len(tensor.creator.output_meta)}
     pending[id(tensor.creator)][tensor.output_index] = grad
     for fn in _topological_order(tensor.creator):
-        gys = pending.pop(id(fn))
-        xp = get_array_module(*[g for g in gys if g is not None])
-        gys = [xp.zeros(shape, dtype) if g is None else g for g, (shape, dtype) in zip(gys, fn.output_meta)]
-        gxs = fn.backward(*gys)
-        gxs = gxs if isinstance(gxs, tuple) else (gxs,)
-        if len(gxs) != len(fn.inputs):
-            raise RuntimeError(f"{fn.name}.backward returned {len(gxs)} gradients for {len(fn.inputs)} inputs")
-        for x, gx, needed in zip(fn.inputs, gxs, fn.needs_input_grad):
-            if not needed or gx is None:
-                continue
-            if tuple(gx.shape) != tuple(x.shape):
-                raise ShapeError(f"{fn.name}.backward returned a gradient of shape {tuple(gx.shape)} "
-                                 f"for an input of shape {x.shape}")
-            if x.creator is None:
-                x.grad = _accumulate(x.grad, gx.copy() if x.grad is None else gx)
-            else:
-                slot = pending.setdefault(id(x.creator), [None] * len(x.creator.output_meta))
-                slot[x.output_index] = _accumulate(slot[x.output_index], gx)
+        with launches.phase(launches.backward_phase(fn.phase)):
+            _backward_of(fn, pending)
+
+
+def _backward_of(fn, pending):
+    """Run ``fn.backward`` on its pending output gradients; hand each input's gradient to its creator's pending
+    ones, or add it to a leaf's ``.grad``."""
+    gys = pending.pop(id(fn))
+    xp = get_array_module(*[g for g in gys if g is not None])
+    gys = [xp.zeros(shape, dtype) if g is None else g for g, (shape, dtype) in zip(gys, fn.output_meta)]
+    gxs = fn.backward(*gys)
+    gxs = gxs if isinstance(gxs, tuple) else (gxs,)
+    if len(gxs) != len(fn.inputs):
+        raise RuntimeError(f"{fn.name}.backward returned {len(gxs)} gradients for {len(fn.inputs)} inputs")
+    for x, gx, needed in zip(fn.inputs, gxs, fn.needs_input_grad):
+        if not needed or gx is None:
+            continue
+        if tuple(gx.shape) != tuple(x.shape):
+            raise ShapeError(f"{fn.name}.backward returned a gradient of shape {tuple(gx.shape)} "
+                             f"for an input of shape {x.shape}")
+        if x.creator is None:
+            x.grad = _accumulate(x.grad, gx.copy() if x.grad is None else gx)
+        else:
+            slot = pending.setdefault(id(x.creator), [None] * len(x.creator.output_meta))
+            slot[x.output_index] = _accumulate(slot[x.output_index], gx)

@@ -14,20 +14,22 @@ FIELDS = ("to_device", "to_host", "syncs", "bytes")
 
 class Counts:
     """Running totals of all threads, safe to add to from the loader's and the prefetch's threads, and each
-    thread's own totals beside them."""
+    thread's own totals beside them. ``keys``: what is counted (``FIELDS`` here; autograd/launches.py counts its
+    own)."""
 
-    def __init__(self):
+    def __init__(self, keys=FIELDS):
+        self.keys = tuple(keys)
         self._lock = threading.Lock()
-        self._totals = dict.fromkeys(FIELDS, 0)
+        self._totals = dict.fromkeys(self.keys, 0)
         self._local = threading.local()
 
     def _mine(self):
         if not hasattr(self._local, "totals"):
-            self._local.totals = dict.fromkeys(FIELDS, 0)
+            self._local.totals = dict.fromkeys(self.keys, 0)
         return self._local.totals
 
-    def add(self, to_device=0, to_host=0, syncs=0, nbytes=0):
-        added = {"to_device": to_device, "to_host": to_host, "syncs": syncs, "bytes": int(nbytes)}
+    def add(self, added):
+        """Add ``added``, a dict of keys to counts."""
         mine = self._mine()  # only this thread writes it: no lock
         with self._lock:
             for k, n in added.items():
@@ -44,19 +46,19 @@ class Counts:
     def since(self, snapshot, this_thread=False):
         """What was counted after ``snapshot`` (a dict from :meth:`snapshot` with the same ``this_thread``)."""
         now = self.snapshot(this_thread)
-        return {k: now[k] - snapshot[k] for k in FIELDS}
+        return {k: now[k] - snapshot[k] for k in self.keys}
 
 
 COUNTS = Counts()
 
 
 def to_device(nbytes):
-    COUNTS.add(to_device=1, nbytes=nbytes)
+    COUNTS.add({"to_device": 1, "bytes": int(nbytes)})
 
 
 def to_host(nbytes):
-    COUNTS.add(to_host=1, nbytes=nbytes)
+    COUNTS.add({"to_host": 1, "bytes": int(nbytes)})
 
 
 def sync():
-    COUNTS.add(syncs=1)
+    COUNTS.add({"syncs": 1})

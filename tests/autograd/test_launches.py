@@ -1,0 +1,106 @@
+"""The counts of launches and reads back (autograd/launches.py): phases, nesting, threads, and the backward's phase
+following each Function's forward. Counted here by hand, so they run on every device; what the emulated device
+counts of itself is in tests/autograd/emulated/test_counts.py."""
+import threading
+
+import numpy as np
+import pytest
+
+from gpuemb.autograd import Function, Tensor, launches
+
+
+def mine():
+    return launches.COUNTS.snapshot(this_thread=True)
+
+
+def test_a_count_lands_in_the_innermost_phase_and_other_outside_them():
+    before = mine()
+    launches.cupy()
+    with launches.phase("lookup"):
+        launches.numba()
+        with launches.phase("mlp_forward"):
+            launches.cublaslt()
+            launches.readback(2)
+        launches.cupy()
+    got = launches.COUNTS.since(before, this_thread=True)
+    assert got == {"numba": 1, "cupy": 2, "cublaslt": 1, "readbacks": 2, "by_phase": {
+        "lookup": {"numba": 1, "cupy": 1, "cublaslt": 0, "readbacks": 0},
+        "mlp_forward": {"numba": 0, "cupy": 0, "cublaslt": 1, "readbacks": 2},
+        "other": {"numba": 0, "cupy": 1, "cublaslt": 0, "readbacks": 0}}}
+    assert launches.current_phase() == "other"
+
+
+def test_a_phase_ends_with_its_block_even_on_an_error():
+    with pytest.raises(KeyError):
+        with launches.phase("loss"):
+            raise KeyError("x")
+    assert launches.current_phase() == "other"
+
+
+def test_an_unknown_phase_names_the_known_ones():
+    with pytest.raises(ValueError, match="not one of upload, lookup"):
+        launches.phase("lokup")
+
+
+def test_each_thread_has_its_own_phase_and_counts():
+    before, all_before = mine(), launches.COUNTS.snapshot()
+    seen = {}
+
+    def other_thread():
+        seen["phase"] = launches.current_phase()  # a new thread starts outside every phase
+        with launches.phase("prefetch"):
+            for _ in range(3):
+                launches.numba()
+
+    with launches.phase("lookup"):
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+        launches.cupy()
+    assert seen["phase"] == "other"
+    assert launches.COUNTS.since(before, this_thread=True)["by_phase"] == {
+        "lookup": {"numba": 0, "cupy": 1, "cublaslt": 0, "readbacks": 0}}
+    every = launches.COUNTS.since(all_before)
+    assert every["by_phase"]["prefetch"]["numba"] == 3 and every["numba"] >= 3 and every["cupy"] >= 1
+
+
+def test_reports_add_up_and_average_per_step():
+    a = {"numba": 2, "cupy": 3, "cublaslt": 0, "readbacks": 1, "by_phase": {
+        "lookup": {"numba": 2, "cupy": 1, "cublaslt": 0, "readbacks": 0},
+        "loss": {"numba": 0, "cupy": 2, "cublaslt": 0, "readbacks": 1}}}
+    b = {"numba": 1, "cupy": 0, "cublaslt": 0, "readbacks": 0, "by_phase": {
+        "lookup": {"numba": 1, "cupy": 0, "cublaslt": 0, "readbacks": 0}}}
+    total = launches.added(a, b)
+    assert total["numba"] == 3 and total["by_phase"]["lookup"]["numba"] == 3 and total["by_phase"]["loss"]["cupy"] == 2
+    mean = launches.per_step(total, 2)
+    assert mean["numba"] == 1.5 and mean["by_phase"]["loss"] == {"numba": 0, "cupy": 1, "cublaslt": 0,
+                                                                 "readbacks": 0.5}
+    assert launches.per_step(launches.added(), 0) == {"numba": 0, "cupy": 0, "cublaslt": 0, "readbacks": 0,
+                                                      "by_phase": {}}
+
+
+class Counted(Function):
+    """y = 2x, counting one CuPy call in its forward and one numba launch in its backward."""
+
+    def forward(self, x):
+        launches.cupy()
+        return 2 * x
+
+    def backward(self, gy):
+        launches.numba()
+        return 2 * gy
+
+
+@pytest.mark.parametrize("forward, backward", [("lookup", "embedding_backward"), ("mlp_forward", "mlp_backward"),
+                                               ("interaction", "interaction_backward"), ("loss", "loss_backward"),
+                                               ("upload", "other")])
+def test_a_functions_backward_counts_in_the_phase_its_forward_maps_to(forward, backward):
+    x = Tensor(np.ones(3, np.float32), requires_grad=True)
+    before = mine()
+    with launches.phase(forward):
+        y = Counted().apply(x)
+    with launches.phase("dense_optimizer"):  # where the backward starts does not matter
+        y.backward(np.ones(3, np.float32))
+    got = launches.COUNTS.since(before, this_thread=True)["by_phase"]
+    assert got[forward]["cupy"] == 1 and got[backward]["numba"] == 1, got
+    np.testing.assert_array_equal(x.grad, [2, 2, 2])
