@@ -11,13 +11,14 @@ The device is picked once, at import, from ``GPUEMB_DEVICE``:
 Everything else in the project asks this module: ``xp`` for new arrays, :func:`get_array_module` for the
 module that matches arrays it was handed, :func:`library` for the GPU libraries (cupyx, NCCL, nvmath), and
 :func:`to_device`, :func:`to_host`, :func:`item` and :func:`synchronize` to cross between host and device, which
-``transfers`` counts. No other module imports cupy, and none knows that the emulated device exists.
+``transfers`` counts (and ``launches``, which counts the reads back among them and, under the emulated device, the
+work launched). No other module imports cupy, and none knows that the emulated device exists.
 """
 import os
 
 import numpy
 
-from . import transfers
+from . import launches, transfers
 
 DEVICES = ("cpu", "cuda", "emulated", "auto")
 
@@ -117,6 +118,7 @@ def to_host(a):
     if is_device_array(a):
         if _REAL_GPU:
             transfers.to_host(a.nbytes)
+            launches.readback()
         return _cupy.asnumpy(a)
     return numpy.asarray(a)
 
@@ -134,6 +136,7 @@ def item(a):
         if _REAL_GPU:
             transfers.to_host(a.itemsize)
             transfers.sync()
+            launches.readback()
         return a.item()
     return a.item() if isinstance(a, (numpy.ndarray, numpy.generic)) else a
 

@@ -7,12 +7,26 @@ refuses as well, so that the code says it: ``float()``, ``int()``, ``bool()`` an
 ``cupy.asarray`` of host data, host indices) work and are counted in ``transfers``.
 
 Results are always device arrays: where NumPy returns a scalar (``a.sum()``, ``a[3]``), CuPy returns a 0-d array.
+
+What launches work on the device is counted too, as ``cupy`` in ``launches`` (``count``):
+- a call (a function of ``cupy``, a method, an operator, a NumPy function or ufunc of device arrays) counts one
+  launch when it writes device memory that has elements: a new result that is not a view of its operands (an
+  elementwise op, a reduction, a sort, ``concatenate``, ``astype``, ``copy``, ``zeros``, ``arange``, a ``reshape``
+  that must copy), or an array it was given (``out=``, an in-place operator, ``fill``, ``sort`` in place,
+  ``copyto``, ``ufunc.at``, an assignment, ``cupyx.scatter_add``). One a call, however many kernels CuPy runs
+  for it (a sort, a ``unique``, a ``cumsum`` run several);
+- nothing launches for a view (basic indexing, ``reshape``, ``transpose``, ``broadcast_to``, ``split``), for
+  ``empty`` and ``empty_like``, for a query of shapes, dtypes or attributes, for an upload or a copy back (the
+  crossings ``transfers`` counts), or for a result without elements;
+- a selection or an assignment by a boolean mask, and the calls of ``READBACKS`` (``nonzero``, ``flatnonzero``,
+  ``unique``...), launch once and read their result's size back (``readbacks``) when their input has elements.
+The reads back of values (``get``, ``item``, ``tolist``) count as ``readbacks`` as well as ``transfers``.
 """
 import operator
 
 import numpy as np
 
-from .. import transfers
+from .. import launches, transfers
 
 IMPLICIT = ("Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct a NumPy array "
             "explicitly.")  # CuPy's own message
@@ -36,6 +50,85 @@ def result(r):
     if isinstance(r, list):
         return [result(x) for x in r]
     return r
+
+
+READBACKS = {"nonzero": 1, "flatnonzero": 1, "argwhere": 1, "unique": 1, "compress": 1, "extract": 1,
+             "bincount": 2}
+"""The calls whose result's size depends on the data, and how many values each reads back to learn it (CuPy's
+``bincount`` reads whether a key is negative, then the largest key). ``where`` of one argument is ``nonzero``."""
+NO_LAUNCH = frozenset({"empty", "empty_like"})  # new memory that nothing writes
+
+
+def _arrays(x):
+    """The NumPy arrays and scalars in ``x``, which may be a tuple or list of them."""
+    if isinstance(x, (np.ndarray, np.generic)):
+        return [x]
+    if isinstance(x, (tuple, list)):
+        return [a for v in x for a in _arrays(v)]
+    return []
+
+
+def _writes(r, args, kwargs):
+    """Whether a call on the operands ``args`` and ``kwargs`` that NumPy answered with ``r`` wrote elements: into
+    ``out=``, into its first operand where it returns nothing (``fill``, ``sort``, ``copyto``, ``ufunc.at``), or
+    into a result that is not a view of an operand."""
+    if r is None:
+        return any(a.size for a in _arrays(args[:1]))
+    operands = _arrays(args) + _arrays(list(kwargs.values()))
+    new = [a for a in _arrays(r) if not any(np.may_share_memory(a, o) for o in operands)]
+    return any(a.size for a in _arrays(kwargs.get("out")) + new)
+
+
+def count(name, r, args, kwargs):
+    """Count the launch and the reads back of CuPy's call ``name(*args, **kwargs)`` (operands unwrapped), which
+    NumPy answered with ``r``."""
+    if name == "where" and len(args) == 1:
+        name = "nonzero"
+    first = _arrays(args[:1])
+    if name in READBACKS and first and first[0].size:
+        launches.cupy()
+        launches.readback(READBACKS[name])
+    elif name not in NO_LAUNCH and _writes(r, args, kwargs):
+        launches.cupy()
+
+
+def call(name, fn, args, kwargs, where):
+    """``fn(*args, **kwargs)`` on the NumPy values behind device operands, counted as CuPy's ``name``; its result
+    as CuPy returns it."""
+    args, kwargs = operand(args, where), {k: operand(v, where) for k, v in kwargs.items()}
+    r = fn(*args, **kwargs)
+    count(name, r, args, kwargs)
+    return result(r)
+
+
+def _index_arrays(key):
+    """The arrays in the (unwrapped) index ``key``."""
+    return [k for k in (key if isinstance(key, tuple) else (key,)) if isinstance(k, np.ndarray)]
+
+
+def selection(key):
+    """How the (unwrapped) index ``key`` selects: "basic" (ints, slices, None, Ellipsis: a view), "advanced"
+    (integer arrays: a gather or a scatter) or "mask" (a boolean array: its count is read back first)."""
+    arrays = _index_arrays(key)
+    if any(k.dtype == bool for k in arrays):
+        return "mask"
+    return "advanced" if arrays else "basic"
+
+
+def selected(a, key):
+    """How many elements of ``a`` the index ``key`` selects, found on a one-byte stand-in of its shape."""
+    return np.broadcast_to(np.False_, a.shape)[key].size
+
+
+def count_scatter(a, key):
+    """Count an assignment through ``key`` into ``a``: a boolean mask with elements launches and reads back its
+    count; another index launches where it selects elements."""
+    if selection(key) == "mask":
+        if any(k.size for k in _index_arrays(key) if k.dtype == bool):
+            launches.cupy()
+            launches.readback()
+    elif selected(a, key):
+        launches.cupy()
 
 
 def mixed(x, where):
@@ -132,6 +225,7 @@ class ndarray:
     def get(self, stream=None, order="C", out=None):
         transfers.to_host(self._a.nbytes)
         transfers.sync()  # a copy to pageable host memory returns once it is done: the host waits for the stream
+        launches.readback()
         if out is None:
             return np.array(self._a, order=order)
         out[...] = self._a
@@ -145,35 +239,41 @@ class ndarray:
     def item(self, *args):
         transfers.to_host(self._a.itemsize)
         transfers.sync()
+        launches.readback()
         return self._a.item(*args)
 
     def tolist(self):
         transfers.to_host(self._a.nbytes)
         transfers.sync()
+        launches.readback()
         return self._a.tolist()
 
     # -- NumPy's protocols: a device array stays on the device, a host array may not join it
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        where = f"numpy.{ufunc.__name__}"
-        inputs = operand(inputs, where)
-        if "out" in kwargs:
-            kwargs["out"] = operand(kwargs["out"], where)
-        return result(getattr(ufunc, method)(*inputs, **kwargs))
+        return call(ufunc.__name__, getattr(ufunc, method), inputs, kwargs, f"numpy.{ufunc.__name__}")
 
     def __array_function__(self, func, types, args, kwargs):
-        where = f"numpy.{func.__name__}"
-        return result(func(*operand(args, where), **{k: operand(v, where) for k, v in kwargs.items()}))
+        return call(func.__name__, func, args, kwargs, f"numpy.{func.__name__}")
 
     # -- indexing
     def __getitem__(self, key):
-        return result(self._a[index(key, "indexing")])
+        key = index(key, "indexing")
+        r = self._a[key]
+        kind = selection(key)
+        if kind == "mask":
+            count_scatter(self._a, key)  # the same scan and read of the mask's count as an assignment's
+        elif kind == "advanced" and r.size:
+            launches.cupy()
+        return result(r)
 
     def __setitem__(self, key, value):
         if isinstance(value, np.ndarray):  # CuPy uploads it
             transfers.to_device(value.nbytes)
         else:
             value = operand(value, "assignment")
-        self._a[index(key, "assignment")] = value
+        key = index(key, "assignment")
+        self._a[key] = value
+        count_scatter(self._a, key)
 
 
 class MemoryPointer:
@@ -189,14 +289,28 @@ class MemoryPointer:
 def _operator(fn, reflected=False):
     def apply(self, other):
         o = operand(other, f"the operator {fn.__name__}")
-        return result(fn(o, self._a) if reflected else fn(self._a, o))
+        r = fn(o, self._a) if reflected else fn(self._a, o)
+        if np.size(r):
+            launches.cupy()
+        return result(r)
     return apply
 
 
 def _inplace(fn):
     def apply(self, other):
         fn(self._a, operand(other, f"the operator {fn.__name__}"))
+        if self._a.size:
+            launches.cupy()
         return self
+    return apply
+
+
+def _unary(fn):
+    def apply(self):
+        r = fn(self._a)
+        if np.size(r):
+            launches.cupy()
+        return result(r)
     return apply
 
 
@@ -209,7 +323,7 @@ for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul"
 for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
     setattr(ndarray, f"__{_name}__", _operator(getattr(operator, _name)))
 for _name in ("neg", "pos", "abs", "invert"):
-    setattr(ndarray, f"__{_name}__", (lambda fn: lambda self: result(fn(self._a)))(getattr(operator, _name)))
+    setattr(ndarray, f"__{_name}__", _unary(getattr(operator, _name)))
 
 # The methods of CuPy's ndarray that the project may call, each running NumPy's on the same memory.
 METHODS = ("all", "any", "argmax", "argmin", "argsort", "astype", "clip", "conj", "copy", "cumsum", "diagonal",
@@ -218,11 +332,10 @@ METHODS = ("all", "any", "argmax", "argmin", "argsort", "astype", "clip", "conj"
 
 
 def _method(name):
-    def call(self, *args, **kwargs):
-        where = f"ndarray.{name}"
-        return result(getattr(self._a, name)(*operand(args, where), **{k: operand(v, where) for k, v in kwargs.items()}))
-    call.__name__ = name
-    return call
+    def method(self, *args, **kwargs):
+        return call(name, getattr(np.ndarray, name), (self, *args), kwargs, f"ndarray.{name}")
+    method.__name__ = name
+    return method
 
 
 for _name in METHODS:

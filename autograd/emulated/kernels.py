@@ -1,7 +1,10 @@
-"""numba.cuda kernels on the emulated device: launched in numba's simulator on the device arrays' own memory."""
+"""numba.cuda kernels on the emulated device: launched in numba's simulator on the device arrays' own memory, each
+launch counted (``launches.numba``)."""
 import threading
 
 import numpy as np
+
+from .. import launches
 
 # numba's simulator keeps the running kernel's context in module globals, so two threads launching at once (the
 # training step and the pipeline's prefetch) would read each other's; on a GPU they simply queue. One at a time.
@@ -30,6 +33,7 @@ class Launchable:
                                         f"copy it across with backend.to_device first")
                 from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
                 args = [FakeCUDAArray(a._a) if isinstance(a, ndarray) else a for a in args]
+            launches.numba()
             with _ONE_AT_A_TIME:
                 return launch(*args)
         return run

@@ -1,14 +1,15 @@
 """``cupy`` of the emulated device: CuPy's array functions, running NumPy's on device arrays.
 
 A function takes device arrays and Python or NumPy scalars, and returns device arrays. A host array is refused
-everywhere except where CuPy uploads it (``asarray``, ``array``), which counts the upload.
+everywhere except where CuPy uploads it (``asarray``, ``array``), which counts the upload. Each call's launch
+and reads back are counted as array.py says.
 """
 import types
 
 import numpy as np
 
 from . import cuda
-from .array import ndarray, operand, result, wrap
+from .array import call, ndarray, wrap
 from .. import transfers
 
 UPLOADS = ("array", "asarray", "asanyarray")
@@ -30,12 +31,10 @@ def _upload(name):
 
 
 def _function(name, fn):
-    where = f"cupy.{name}"
-
-    def call(*args, **kwargs):
-        return result(fn(*operand(args, where), **{k: operand(v, where) for k, v in kwargs.items()}))
-    call.__name__ = name
-    return call
+    def function(*args, **kwargs):
+        return call(name, fn, args, kwargs, f"cupy.{name}")
+    function.__name__ = name
+    return function
 
 
 class EmulatedCupy(types.ModuleType):

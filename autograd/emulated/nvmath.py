@@ -25,6 +25,9 @@ the padding bits of a ``relu_aux`` output are set (cuBLASLt does not promise the
 fails here. Whether the BGRAD sums read the operands before or after FAST_16BF's rounding is not documented; here
 they read them as the matmul does, rounded.
 
+Each ``plan`` and each ``execute`` counts one call into cuBLASLt (``launches.cublaslt``): a plan queries its
+heuristics, an execute launches the matmul.
+
 Left out, with NotImplementedError: batched operands and vectors, operand C in place, the GELU epilogues,
 qualifiers, narrow precision, options that change the result type.
 """
@@ -35,6 +38,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import launches
 from .array import ndarray, wrap
 
 
@@ -288,6 +292,7 @@ class Matmul:
                 self.epilog_operands[name], self.epilog_traits[name] = x, _traits(x)
             self.epilog = epilog
         self.planned = True
+        launches.cublaslt()
         return (Algorithm(),)
 
     def _check_bias(self, bias, epilog):
@@ -354,6 +359,7 @@ class Matmul:
         if self.operands is None:
             raise RuntimeError("nvmath: execution cannot be performed with the operands reset to None; provide "
                                "them with reset_operands()")
+        launches.cublaslt()
         a, b = (x.astype(self.accumulate) for x in self.operands[:2])
         if self.rounds_to_bfloat16:
             a, b = bfloat16(a), bfloat16(b)
