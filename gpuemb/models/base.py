@@ -1,6 +1,9 @@
 """What every model shares: hyperparameters checked against its defaults, seeds, its embedding collections,
 the dense input, and ``forward = head(dense, *embed(sparse))``.
 
+The phases of a step that a model runs (``gpuemb.autograd.launches``): ``lookup`` in ``embed``; ``interaction`` in
+``head``, but for its MLPs and dense layers (``mlp_forward``, marked in gpuemb/nn) and its dense input (``upload``).
+
 The split lets a float64 gradient check run ``head`` on leaf tensors standing in for the embeddings, without
 the store. The models' own files hold only their ``__init__`` and ``head``.
 """
@@ -9,7 +12,7 @@ import os
 
 import numpy as np
 
-from gpuemb.autograd import Tensor
+from gpuemb.autograd import Tensor, launches
 from gpuemb.autograd.checks import check_int, fail, is_int
 from gpuemb.autograd.backend import to_device
 from gpuemb.nn import Module
@@ -128,7 +131,8 @@ class RecModel(Module):
 
     def dense_input(self, dense, batch):
         """``dense`` as a ``[batch, n_dense]`` Tensor: arrays are moved to the device as float32."""
-        x = dense if isinstance(dense, Tensor) else Tensor(to_device(dense, np.float32))
+        with launches.phase("upload"):
+            x = dense if isinstance(dense, Tensor) else Tensor(to_device(dense, np.float32))
         if x.ndim != 2 or x.shape != (batch, self.n_dense):
             raise ValueError(f"{type(self).__name__}: dense has shape {x.shape}; want [B, n_dense] = "
                              f"[{batch}, {self.n_dense}] (B from the sparse features)")
@@ -137,13 +141,16 @@ class RecModel(Module):
     # -- the model ----------------------------------------------------------------------------------------------
     def embed(self, sparse):
         """The embeddings ``[B, F, D]``, then (``first_order`` models) the first-order weights ``[B, F, 1]``."""
-        if self.first_order:
-            return self.embeddings(sparse), self.linear_embeddings(sparse)
-        return (self.embeddings(sparse),)
+        with launches.phase("lookup"):
+            if self.first_order:
+                return self.embeddings(sparse), self.linear_embeddings(sparse)
+            return (self.embeddings(sparse),)
 
     def head(self, dense, *embedded):
         raise NotImplementedError(f"{type(self).__name__} has no head")
 
     def forward(self, dense, sparse):
         """Logits: ``[B]``, or ``[B, n_tasks]`` for a multi-task model."""
-        return self.head(dense, *self.embed(sparse))
+        embedded = self.embed(sparse)
+        with launches.phase("interaction"):
+            return self.head(dense, *embedded)

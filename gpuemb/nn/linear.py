@@ -1,7 +1,7 @@
 """Linear: ``y = x @ W.T + b`` with ``W [out, in]`` as in torch.nn.Linear (see gpuemb/kernels/mlp.py for why)."""
 import numpy as np
 
-from gpuemb.autograd import Tensor
+from gpuemb.autograd import Tensor, launches
 from gpuemb.autograd.backend import to_device
 from gpuemb.kernels.mlp import fused_linear
 
@@ -24,4 +24,5 @@ class Linear(Module):
         self.bias = Tensor(to_device(bias, dtype), requires_grad=True)
 
     def forward(self, x):
-        return fused_linear(x, self.weight, self.bias, precision=self.precision)
+        with launches.phase("mlp_forward"):  # a dense layer of a head counts with its MLPs
+            return fused_linear(x, self.weight, self.bias, precision=self.precision)

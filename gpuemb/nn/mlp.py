@@ -1,7 +1,7 @@
 """MLP: a stack of Linear layers run as one FusedMLP, so bias, ReLU and dropout sit in the matmul epilogues."""
 import numpy as np
 
-from gpuemb.autograd import sigmoid
+from gpuemb.autograd import launches, sigmoid
 from gpuemb.kernels.mlp import FusedLayer, FusedMLP
 
 from .linear import Linear
@@ -36,8 +36,9 @@ class MLP(Module):
         self.last_activation, self.step = last_activation, 0
 
     def forward(self, x):
-        params = [t for layer in self.layers for t in (layer.weight, layer.bias)]
-        y = FusedMLP(self.fused_layers, self.step, self.training, self.precision, self.row0).apply(x, *params)
-        if self.training:
-            self.step += 1
-        return sigmoid(y) if self.last_activation == "sigmoid" else y
+        with launches.phase("mlp_forward"):
+            params = [t for layer in self.layers for t in (layer.weight, layer.bias)]
+            y = FusedMLP(self.fused_layers, self.step, self.training, self.precision, self.row0).apply(x, *params)
+            if self.training:
+                self.step += 1
+            return sigmoid(y) if self.last_activation == "sigmoid" else y

@@ -7,11 +7,16 @@ the dense optimizer's step. The loss is checked *before* the backward, so a NaN 
 All randomness of a run is counter-based, so its state is a handful of counters saved with the rest: dropout
 masks come from (seed, the MLP's step), which is module extra state; the shuffle from (seed, epoch, window) and
 the loader's position; new embedding rows from (seed, key); synthetic rows from (seed, split, row).
+
+A step marks its phases (``gpuemb.autograd.launches``), so what it launches and reads back is counted by phase:
+``upload`` (the labels), ``loss`` (the loss, its read and its checks), ``dense_optimizer`` and ``prefetch`` (the
+next batch's rows: the pipeline's worker thread counts nothing else), beside the model's (``lookup``,
+``interaction``, ``mlp_forward``) and the backward's, which follow each Function's forward phase.
 """
 import math
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from gpuemb.autograd import backend, bce_with_logits
+from gpuemb.autograd import backend, bce_with_logits, launches
 from gpuemb.autograd.backend import get_array_module
 from gpuemb.store.collection import EmbeddingCollection
 
@@ -58,20 +63,22 @@ class Trainer:
 
     def _whole_step(self, batch, after_forward):
         logits = self.model(batch.dense, batch.sparse)
-        if after_forward is not None:
-            after_forward()
+        _after(after_forward)
         xp = get_array_module(logits.data)
-        loss = bce_with_logits(logits, self._labels(logits, batch.label))
-        # The step's one read from the device: the loss, and whether the last step left the dense parameters
-        # finite (checked here rather than after that step's update, so a step waits for the device only once).
-        local, finite = backend.to_host(xp.stack([loss.data.astype(xp.float32), finite_flag(self.model, xp)]))
-        value = self.cluster.mean(float(local))  # the global batch's: every rank agrees whether it is finite
-        self._check(value, finite)
+        labels = self._labels(logits, batch.label)
+        with launches.phase("loss"):
+            loss = bce_with_logits(logits, labels)
+            # The step's one read from the device: the loss, and whether the last step left the dense parameters
+            # finite (checked here rather than after that step's update, so a step waits for the device only once).
+            local, finite = backend.to_host(xp.stack([loss.data.astype(xp.float32), finite_flag(self.model, xp)]))
+            value = self.cluster.mean(float(local))  # the global batch's: every rank agrees whether it is finite
+            self._check(value, finite)
         self.optimizer.zero_grad()
         if self.scaler is None:
             loss.backward()
             self.cluster.allreduce()
-            self.optimizer.step()
+            with launches.phase("dense_optimizer"):
+                self.optimizer.step()
         else:  # --precision fp16: the step is skipped, rows and all, where a gradient overflowed
             scaled_step(loss, self.optimizer, self.tables, self.scaler, self.cluster)
         return value
@@ -81,18 +88,19 @@ class Trainer:
         gradients, the dense gradients added in slice order (``slices.py``)."""
         slices = self.cluster.slices
         embedded = self.model.embed(batch.sparse)
-        if after_forward is not None:
-            after_forward()
+        _after(after_forward)
         self.optimizer.zero_grad()
         sums, gys = slices.backward(self.model, batch, embedded, self._labels)
         xp = get_array_module(sums)
         # nothing is updated yet: the dense gradients wait in the slices, the rows for their lookups' backward
-        value = slices.loss(sums)
-        self._check(value, backend.to_host(finite_flag(self.model, xp)))
+        with launches.phase("loss"):
+            value = slices.loss(sums)
+            self._check(value, backend.to_host(finite_flag(self.model, xp)))
         for e, gy in zip(embedded, gys):
             e.backward(gy)
         self.cluster.allreduce()
-        self.optimizer.step()
+        with launches.phase("dense_optimizer"):
+            self.optimizer.step()
         return value
 
     def _labels(self, logits, labels):
@@ -101,7 +109,8 @@ class Trainer:
             raise TrainError(f"step {self.step + 1}: the model gives logits of shape {logits.shape} and the "
                              f"labels have shape {tuple(labels.shape)}; a model of {labels.shape[1:] or 1} tasks "
                              "fits this data")
-        return get_array_module(logits.data).asarray(labels, logits.dtype)
+        with launches.phase("upload"):
+            return get_array_module(logits.data).asarray(labels, logits.dtype)
 
     def _check(self, value, finite):
         """DivergedError unless the step's loss ``value`` and the dense parameters (``finite``) are finite."""
@@ -126,6 +135,13 @@ class Trainer:
         self.step, self.samples = int(state["step"]), int(state["samples"])
         if self.scaler is not None:
             self.scaler.load_state_dict(state["scaler"])
+
+
+def _after(after_forward):
+    """Call the step's ``after_forward`` hook, if any: the pipeline's start of the next batch's prefetch."""
+    if after_forward is not None:
+        with launches.phase("prefetch"):
+            after_forward()
 
 
 def _finite(model, xp):
@@ -219,15 +235,22 @@ class Pipeline:
     step's BLAS and numba kernels already keep every core busy, so a worker thread only took cores from them and
     made each step 1 to 7 ms slower on 2 cores, for every store (docs/perf/README.md, "The prefetch on the CPU").
     It makes the same prefetches at the same point of the step, so the results and counts are the worker's.
+    ``worker_thread``: whether a worker thread prefetches (by default on a device, not on the CPU); without one a
+    device's counts do not depend on how two threads interleave (tools/count_step.py).
     """
 
-    def __init__(self, trainer, batches, overlap=True):
+    def __init__(self, trainer, batches, overlap=True, worker_thread=None):
         self.trainer, self.batches, self.overlap = trainer, batches, overlap
         self.collections = [m for m in trainer.model.modules() if isinstance(m, EmbeddingCollection)]
         self._it = self._ahead = self._job = self._state = None  # _state: after the last batch trained
         self._worker = None
         if overlap and self.collections:
-            self._worker = Inline() if backend.DEVICE == "cpu" else ThreadPoolExecutor(1, "gpuemb-prefetch")
+            if backend.DEVICE != "cpu" if worker_thread is None else worker_thread:
+                # the worker's thread counts everything it launches as the prefetch's (gpuemb.autograd.launches)
+                self._worker = ThreadPoolExecutor(1, "gpuemb-prefetch",
+                                                  initializer=launches.phase("prefetch").__enter__)
+            else:
+                self._worker = Inline()
         self._device, self._stream = backend.current_device(), backend.new_stream()  # the rank's GPU, for the worker
         self.prefetched = self.skipped = 0  # table prefetches made, and skipped for want of room
 

@@ -8,6 +8,7 @@ ends there unless ``--decay-steps`` says otherwise. The embedding rows follow th
 """
 import numpy as np
 
+from gpuemb.autograd import launches
 from gpuemb.optim import OPTIMIZERS, SCHEDULES, LossScaler
 
 from .errors import ConfigError
@@ -39,21 +40,28 @@ def scaled_step(loss, optimizer, tables, scaler, cluster):
     with the dense gradients, all are applied, or, on inf or NaN, none (and the scale backs off).
 
     ``cluster``: the dense gradients are averaged over the ranks after the backward, and every rank skips the step
-    when any rank's row gradients overflowed, so the ranks stay in step (a world of one: itself alone)."""
+    when any rank's row gradients overflowed, so the ranks stay in step (a world of one: itself alone).
+
+    Its phases (``gpuemb.autograd.launches``): the scaling counts with the ``loss``, the unscaling and the dense
+    step as ``dense_optimizer``, and the held row updates, applied after them, as ``embedding_backward``."""
     held = [table.hold_updates() for table in tables.values()]
     try:
-        scaler.scale(loss).backward()
+        with launches.phase("loss"):
+            scaled = scaler.scale(loss)
+        scaled.backward()
         cluster.allreduce()
-        finite = scaler.unscale_arrays_([grads for h in held for *_, grads in h])
-        if not cluster.everywhere(finite) and finite:
-            # another rank's rows overflowed; an inf checked here makes this rank skip the same step
-            scaler.unscale_arrays_([np.full(1, np.inf, np.float32)])
-        stepped = scaler.step(optimizer)
+        with launches.phase("dense_optimizer"):
+            finite = scaler.unscale_arrays_([grads for h in held for *_, grads in h])
+            if not cluster.everywhere(finite) and finite:
+                # another rank's rows overflowed; an inf checked here makes this rank skip the same step
+                scaler.unscale_arrays_([np.full(1, np.inf, np.float32)])
+            stepped = scaler.step(optimizer)
     except BaseException:
         for table in tables.values():
             table.release_updates(apply=False)
         raise
-    for table in tables.values():
-        table.release_updates(stepped)
+    with launches.phase("embedding_backward"):
+        for table in tables.values():
+            table.release_updates(stepped)
     scaler.update()
     return stepped

@@ -21,7 +21,7 @@ The learning-rate schedule and the data order never depended on W.
 """
 import numpy as np
 
-from gpuemb.autograd import Tensor, bce_with_logits
+from gpuemb.autograd import Tensor, bce_with_logits, launches
 from gpuemb.autograd.backend import get_array_module, to_host
 
 
@@ -52,8 +52,11 @@ class Slices:
             model.load_extra_states(counters)  # every slice draws its dropout at the step's counter
             model.set_row0(row0)
             leaves = [Tensor(e.data[lo:lo + self.rows], requires_grad=True) for e in embedded]
-            logits = model.head(batch.dense[lo:lo + self.rows], *leaves)
-            loss = bce_with_logits(logits, labels_of(logits, batch.label[lo:lo + self.rows]), reduction="sum")
+            with launches.phase("interaction"):  # the head's phase, as in RecModel.forward
+                logits = model.head(batch.dense[lo:lo + self.rows], *leaves)
+            labels = labels_of(logits, batch.label[lo:lo + self.rows])
+            with launches.phase("loss"):
+                loss = bce_with_logits(logits, labels, reduction="sum")
             loss.backward(xp.asarray(1 / self.batch_size, loss.dtype))
             self.gradients.keep()
             sums.append(loss.data)
@@ -78,6 +81,7 @@ class Slices:
         at = np.minimum(np.arange(self.first * self.rows, (self.first + self.mine) * self.rows), n - 1)
         dense, sparse = (a[get_array_module(a).asarray(at)] for a in (batch.dense, batch.sparse))
         embedded = model.embed(sparse)
-        out = [model.head(dense[lo:lo + self.rows], *(Tensor(e.data[lo:lo + self.rows]) for e in embedded)).data
-               for lo, _ in self.starts()]
+        with launches.phase("interaction"):
+            out = [model.head(dense[lo:lo + self.rows], *(Tensor(e.data[lo:lo + self.rows]) for e in embedded)).data
+                   for lo, _ in self.starts()]
         return self.comm.allgather(get_array_module(out[0]).concatenate(out), tag="eval")[:n]
