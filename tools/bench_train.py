@@ -28,7 +28,9 @@ data is synthetic, Zipf(1.05) ids per table, made before any timing; both sides 
 the dense layers. The TorchRec peer (``bench_train_torchrec.py``, which says how to install it) fuses its rows'
 update into the backward, as gpuemb does; the plain one steps ``nn.EmbeddingBag``'s sparse gradients with torch's
 optimizer. A run trains ``--warmup`` steps (numba compiles, caches fill), then times ``--steps``: samples/s is
-their samples over their seconds.
+their samples over their seconds. Each row also says what its steps crossed between host and device and what they
+launched and read back (autograd/launches.py), per step, all threads; the JSON has the launches by phase. All are
+zero on the CPU, and on a GPU only the crossings and reads back are counted (tools/count_step.py counts the rest).
 
 On the CPU, each DLRM config ends with its GEMM floor (``gemm_floor.py``: the step's MLP matmuls timed bare in the
 same run) and each row's step time over it. ``--overhead`` adds the share of a step spent outside kernels and
@@ -53,7 +55,7 @@ import numpy as np
 import bench_train_torch
 import bench_train_torchrec
 import gemm_floor
-from gpuemb.autograd import backend, transfers
+from gpuemb.autograd import backend, launches, transfers
 from gpuemb.io import synthetic
 from gpuemb.io.loader import Loader, LoaderConfig
 from gpuemb.train import TrainConfig
@@ -183,11 +185,11 @@ def ours(config, data, warmup, steps, profile=None):
             before = [t.stats()["levels"][0] for t in run.tables.values()]
             profiler = cProfile.Profile() if profile else None
             backend.synchronize()
-            start, counted = time.perf_counter(), transfers.COUNTS.snapshot()
+            start, counted, launched = time.perf_counter(), transfers.COUNTS.snapshot(), launches.COUNTS.snapshot()
             if profiler:
                 profiler.enable()
             losses = [pipeline.step() for _ in range(steps)]
-            crossed = transfers.COUNTS.since(counted)
+            crossed, launched = transfers.COUNTS.since(counted), launches.COUNTS.since(launched)
             backend.synchronize()
             seconds = time.perf_counter() - start
             if profiler:
@@ -200,7 +202,8 @@ def ours(config, data, warmup, steps, profile=None):
                 "table_keys": sum(len(t) for t in run.tables.values()),
                 "loss": float(np.mean(losses)), "hit_rate": hits / seen if seen else None,
                 "prefetched": run.pipeline.prefetched, "prefetch_skipped": run.pipeline.skipped,
-                "transfers_per_step": {k: v / steps for k, v in crossed.items()}}
+                "transfers_per_step": {k: v / steps for k, v in crossed.items()},
+                "launches_per_step": launches.per_step(launched, steps)}
     finally:
         run.close()
 
@@ -302,12 +305,14 @@ def format_row(r):
     def ratio(key):
         return f"{r[key]:.2f}" if r.get(key) is not None else "-"
     t = r["transfers_per_step"]  # host-device crossings: all zero on the CPU, where nothing crosses
+    n = r["launches_per_step"]  # all zero on the CPU too; on a GPU only the reads back are counted
     hit = f"{r['hit_rate']:.2f}" if r["hit_rate"] is not None and r["store"] != "device" else "-"
     return (f"gpuemb {r['store']:<6} pipeline {r['pipeline']:<3} {r['samples_per_s']:>12,.0f} samples/s  "
             f"({r['step_ms']:.1f} ms, loss {r['loss']:.4f})  vs torchrec {ratio('vs_torchrec')}  vs torch "
             f"{ratio('vs_torch')}  vs device {ratio('vs_device')}  "
             f"cache hits {hit}\n    per step: {t['to_device']:.1f} to the device, {t['to_host']:.1f} to the host, "
-            f"{t['syncs']:.1f} syncs, {t['bytes'] / 1e6:.2f} MB")
+            f"{t['syncs']:.1f} syncs, {t['bytes'] / 1e6:.2f} MB\n    launched per step: {n['numba']:.1f} numba "
+            f"kernels, {n['cupy']:.1f} CuPy calls, {n['cublaslt']:.1f} cuBLASLt calls; {n['readbacks']:.1f} reads back")
 
 
 def main(argv=None):

@@ -3,7 +3,8 @@
 Every record has ``kind`` and ``step`` (steps trained when it was written):
 
 - ``train``: ``loss`` (the mean over the steps since the last train record), ``lr``, ``embedding_lr``,
-  ``epoch`` (0-based, of the last batch), ``samples``, and ``samples_per_s``;
+  ``epoch`` (0-based, of the last batch), ``samples``, ``samples_per_s``, and what a step paid the device for,
+  ``transfers``, ``transfers_ahead`` and ``launches`` (``Run.counts_per_step``);
 - ``eval``: ``auc``, ``log_loss``, ``accuracy`` over ``rows`` eval rows (per task too, for several tasks),
   ``teacher_auc`` where the data has a planted teacher, and ``eval_s``;
 - ``checkpoint``: ``path``;

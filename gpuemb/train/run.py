@@ -9,7 +9,7 @@ import os
 import tempfile
 import time
 
-from gpuemb.autograd import backend, transfers
+from gpuemb.autograd import backend, launches, transfers
 from gpuemb.io.loader import Loader, LoaderConfig
 
 from . import checkpoint as ckpt
@@ -137,6 +137,7 @@ class Run:
         self.eval_every = config.output.eval_every or max(1, self.total_steps // 4)
         self.window = []  # losses of the steps since the last train record
         self.crossings = []  # each of those steps' host-device transfers and syncs: (this thread's, all threads')
+        self.launched = []  # and what each launched and read back, on this thread (gpuemb.autograd.launches)
         self.warned_collapse = False  # collapse_warning tells once
         self.last_checkpoint = None
 
@@ -230,19 +231,25 @@ class Run:
         sent = {"comm_bytes_per_step": self.cluster.bytes_per_step()} if self.cluster.world_size > 1 else {}
         return {"kind": "train", "step": self.step, "epoch": self.pipeline.epoch, "samples": self.trainer.samples,
                 "loss": loss, "lr": lrs[0], "embedding_lr": lrs[1], "samples_per_s": samples_per_s,
-                **self.transfers_per_step(), **sent}
+                **self.counts_per_step(), **sent}
 
-    def transfers_per_step(self):
-        """The host-device crossings of a step, averaged over the steps since the last train record (then
-        forgotten), each ``{"to_device", "to_host", "syncs", "bytes"}``: ``"transfers"``, the step's own, which
-        stall it; ``"transfers_ahead"``, what the loader's and the prefetch's threads moved meanwhile, for the
-        batches ahead (autograd/transfers.py)."""
+    def counts_per_step(self):
+        """What a step paid the device for, averaged over the steps since the last train record (then forgotten).
+
+        Its host-device crossings, each ``{"to_device", "to_host", "syncs", "bytes"}``: ``"transfers"``, the
+        step's own, which stall it; ``"transfers_ahead"``, what the loader's and the prefetch's threads moved
+        meanwhile, for the batches ahead (autograd/transfers.py). And ``"launches"``, the step's own kernel
+        launches and reads back, ``{"numba", "cupy", "cublaslt", "readbacks", "by_phase": {phase: {...}}}``
+        (autograd/launches.py: all counted under the emulated device, the reads back only on a GPU, none on the
+        CPU)."""
         steps, self.crossings = self.crossings, []
+        launched, self.launched = self.launched, []
 
         def mean(part):
             return {k: round(sum(part(c)[k] for c in steps) / max(len(steps), 1), 2) for k in transfers.FIELDS}
         return {"transfers": mean(lambda c: c[0]),
-                "transfers_ahead": mean(lambda c: {k: c[1][k] - c[0][k] for k in transfers.FIELDS})}
+                "transfers_ahead": mean(lambda c: {k: c[1][k] - c[0][k] for k in transfers.FIELDS}),
+                "launches": launches.per_step(launches.added(*launched), len(launched))}
 
     def eval_record(self):
         # Eval batches of the training size: a cached table holds the unique keys of one batch, not more.
@@ -291,6 +298,7 @@ def train(config, reporter=None, comm=None):
             while run.step < run.total_steps:
                 lrs, t = run.trainer.lrs, time.perf_counter()
                 counted = transfers.COUNTS.snapshot(this_thread=True), transfers.COUNTS.snapshot()
+                launched = launches.COUNTS.snapshot(this_thread=True)
                 try:
                     loss = pipeline.step(ahead=run.may_prepare_next())
                 except DivergedError as e:
@@ -298,6 +306,7 @@ def train(config, reporter=None, comm=None):
                 busy, timed = busy + time.perf_counter() - t, timed + 1
                 run.crossings.append((transfers.COUNTS.since(counted[0], this_thread=True),
                                       transfers.COUNTS.since(counted[1])))
+                run.launched.append(launches.COUNTS.since(launched, this_thread=True))
                 run.window.append(loss)
                 reporter.step(run, loss)
                 step, last = run.step, run.step == run.total_steps

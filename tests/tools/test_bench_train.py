@@ -34,6 +34,8 @@ def test_every_store_with_and_without_the_pipeline_prints_and_writes_its_rate(tm
         assert row["samples_per_s"] == pytest.approx(128e3 / row["step_ms"]), row
         assert (row["prefetched"] > 0) == (row["pipeline"] == "on"), row
         assert row["store"] == "device" or 0 <= row["hit_rate"] <= 1, row
+        assert row["launches_per_step"] == {"numba": 0, "cupy": 0, "cublaslt": 0, "readbacks": 0, "by_phase": {}}
+    assert out.stdout.count("launched per step: 0.0 numba kernels") == 6  # the CPU launches nothing on a device
     assert result["rows"][2]["vs_device"] == pytest.approx(
         result["rows"][2]["samples_per_s"] / result["rows"][0]["samples_per_s"])
     assert out.stdout.count("gpuemb ") == 6 and "DLRM" not in out.stdout

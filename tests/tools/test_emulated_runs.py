@@ -67,6 +67,12 @@ def test_a_tiny_run_on_the_emulated_device_equals_the_cpu_run(model, store, mpi_
         assert first["transfers"]["to_device"] <= 1 and first["transfers"]["to_host"] <= 2, first
         for record in rest:  # then nothing up, and one read: the loss with its finite flag
             assert record["transfers"]["to_device"] == 0 and record["transfers"]["to_host"] == 1, record
+    for record in trains:  # what the step's own thread launched, by phase, and its one read back, the loss's
+        launched, phases = record["launches"], record["launches"]["by_phase"]
+        assert launched["numba"] > 0 and launched["cupy"] > 0 and launched["cublaslt"] > 0, launched
+        assert {"lookup", "mlp_forward", "loss", "mlp_backward", "embedding_backward", "dense_optimizer"} <= set(phases)
+        assert phases["loss"]["readbacks"] == 1 and phases["mlp_forward"]["cublaslt"] > 0, phases
+        assert launched["cupy"] == pytest.approx(sum(p["cupy"] for p in phases.values())), launched
 
 
 def test_a_checkpoint_on_the_emulated_device_resumes_to_the_same_run(mpi_run, tmp_path):

@@ -60,6 +60,9 @@ def test_metrics_out_writes_json_lines_of_train_and_eval_records(tmp_path):
     assert all(r["loss"] > 0 and r["samples_per_s"] > 0 for r in records if r["kind"] == "train")
     assert all(0 < r["auc"] < 1 and r["rows"] == 2000 and 0.5 < r["teacher_auc"] < 1
                for r in records if r["kind"] == "eval")
+    # what a step paid a device for: nothing on the CPU, whose numba kernels are not device launches
+    nothing = {"numba": 0, "cupy": 0, "cublaslt": 0, "readbacks": 0, "by_phase": {}}
+    assert all(r["launches"] == nothing and r["transfers"]["to_host"] == 0 for r in records if r["kind"] == "train")
 
 
 def test_the_criteo_sample_converts_splits_and_trains_end_to_end():

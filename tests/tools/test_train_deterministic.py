@@ -26,8 +26,8 @@ def launch(mpi_run):
 
 def outcome(folder):
     """What a run left: its metrics records without timings, its dense weights, and every table's rows by key."""
-    metrics = [{k: v for k, v in r.items() if not k.endswith("_s") and k not in ("transfers", "transfers_ahead",
-                                                                                 "comm_bytes_per_step", "path")}
+    skip = ("transfers", "transfers_ahead", "launches", "comm_bytes_per_step", "path")  # differ by rank or folder
+    metrics = [{k: v for k, v in r.items() if not k.endswith("_s") and k not in skip}
                for r in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines())]
     step, _ = ckpt.find_resume(folder / "ckpt")
     weights = ckpt.read_state(step)["trainer"]["model"]
