@@ -109,10 +109,8 @@ class Part:
         keys = keys.reshape(-1)
         if self.spaces is None:  # a copy where it would be a view of the caller's batch, which a loader may reuse
             return (keys.copy() if keys.base is not None else keys), None
-        spaces = self.on_device(what, spaces_of_keys)
-        mixed = feature_keys(keys, spaces)
-        return mixed, (self.on_device(what + ("tags",), lambda: spaces_of_keys().astype(np.int32))
-                       if self.tagged else None)
+        spaces = self.on_device(what, lambda: spaces_of_keys().astype(np.int32))  # the tags too, where tagged
+        return feature_keys(keys, spaces), spaces if self.tagged else None
 
 
 class EmbeddingCollection(Module):
@@ -224,9 +222,8 @@ class EmbeddingCollection(Module):
         if part.spaces is None:
             return part, keys, offsets, jagged.weights, None
         feature = (xp.searchsorted(offsets, xp.arange(keys.shape[0]), side="right") - 1) // B
-        spaces = part.on_device(("jagged",), lambda: part.spaces)[feature]
-        return part, feature_keys(keys, spaces), offsets, jagged.weights, \
-            spaces.astype(np.int32) if part.tagged else None
+        spaces = part.on_device(("jagged",), lambda: part.spaces.astype(np.int32))[feature]
+        return part, feature_keys(keys, spaces), offsets, jagged.weights, spaces if part.tagged else None
 
     def _bags(self, part, bags):
         """A part's lookup of its features' ``(keys, offsets, weights)`` host bags, feature after feature."""
