@@ -63,13 +63,18 @@ def synthetic_config(config):
 
 
 def _synthetic(config, train_rows):
-    cfg = synthetic_config(config)
+    return synthetic_data(synthetic_config(config), train_rows, config.data.eval_rows, config.data.preset)
+
+
+def synthetic_data(cfg, train_rows, eval_rows, name="custom"):
+    """A DataSet of ``train_rows`` and ``eval_rows`` synthetic rows of the SyntheticConfig ``cfg``, called ``name``
+    in its description (``--preset``'s, or a tool's own shape)."""
     train = synthetic.SyntheticSource(cfg, train_rows, "train")
-    eval_ = synthetic.SyntheticSource(cfg, config.data.eval_rows, "test")
+    eval_ = synthetic.SyntheticSource(cfg, eval_rows, "test")
     layout = train.layout
     return DataSet(train, eval_, cfg.n_dense, len(cfg.cardinalities), layout.label_names, layout.sparse_names,
-                   f"synthetic '{config.data.preset}' data ({train_rows:,} training rows, {config.data.eval_rows:,} eval "
-                   "rows)", synthetic.teacher_auc(cfg, config.data.eval_rows, "test"), synthetic=True,
+                   f"synthetic '{name}' data ({train_rows:,} training rows, {eval_rows:,} eval rows)",
+                   synthetic.teacher_auc(cfg, eval_rows, "test"), synthetic=True,
                    hotness=cfg.hot if max(cfg.hot) > 1 else None)
 
 
