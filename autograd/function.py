@@ -97,6 +97,19 @@ def _accumulate(current, g):
     return g if current is None else current + g  # never in place: g may be shared by several inputs
 
 
+def _shared(gys, gxs):
+    """The ids of the gradients in ``gxs`` that another holder may see: a view, an output gradient passed through,
+    or one array returned for two inputs. A leaf takes those as a copy; the rest, made by this backward and held
+    by nobody else, it takes as they are (a step's dense gradients are not copied once more)."""
+    seen, shared = {id(g) for g in gys}, set()
+    for g in gxs:
+        if g is not None and (id(g) in seen or g.base is not None):
+            shared.add(id(g))
+        if g is not None:
+            seen.add(id(g))
+    return shared
+
+
 def backward(tensor, grad=None):
     """Fill ``.grad`` of every leaf tensor that ``tensor`` depends on and that requires a gradient. ``grad`` may
     be on the host for a device tensor, or the reverse (it comes from another stack): it is moved, one copy."""
@@ -134,14 +147,15 @@ def _backward_of(fn, pending):
     gxs = gxs if isinstance(gxs, tuple) else (gxs,)
     if len(gxs) != len(fn.inputs):
         raise RuntimeError(f"{fn.name}.backward returned {len(gxs)} gradients for {len(fn.inputs)} inputs")
+    shared = _shared(gys, gxs)
     for x, gx, needed in zip(fn.inputs, gxs, fn.needs_input_grad):
         if not needed or gx is None:
             continue
         if tuple(gx.shape) != tuple(x.shape):
             raise ShapeError(f"{fn.name}.backward returned a gradient of shape {tuple(gx.shape)} "
                              f"for an input of shape {x.shape}")
-        if x.creator is None:
-            x.grad = _accumulate(x.grad, gx.copy() if x.grad is None else gx)
+        if x.creator is None:  # a leaf's grad is the caller's to change in place (a loss scaler unscales it)
+            x.grad = _accumulate(x.grad, gx.copy() if x.grad is None and id(gx) in shared else gx)
         else:
             slot = pending.setdefault(id(x.creator), [None] * len(x.creator.output_meta))
             slot[x.output_index] = _accumulate(slot[x.output_index], gx)

@@ -70,7 +70,7 @@ class Trainer:
             loss = bce_with_logits(logits, labels)
             # The step's one read from the device: the loss, and whether the last step left the dense parameters
             # finite (checked here rather than after that step's update, so a step waits for the device only once).
-            local, finite = backend.to_host(xp.stack([loss.data.astype(xp.float32), finite_flag(self.model, xp)]))
+            local, finite = backend.to_host(xp.stack([loss.data.astype(xp.float32), finite_flag(self.model, xp, self.optimizer)]))
             value = self.cluster.mean(float(local))  # the global batch's: every rank agrees whether it is finite
             self._check(value, finite)
         self.optimizer.zero_grad()
@@ -95,7 +95,7 @@ class Trainer:
         # nothing is updated yet: the dense gradients wait in the slices, the rows for their lookups' backward
         with launches.phase("loss"):
             value = slices.loss(sums)
-            self._check(value, backend.to_host(finite_flag(self.model, xp)))
+            self._check(value, backend.to_host(finite_flag(self.model, xp, self.optimizer)))
         for e, gy in zip(embedded, gys):
             e.backward(gy)
         self.cluster.allreduce()
@@ -149,11 +149,16 @@ def _finite(model, xp):
     return xp.stack([xp.isfinite(p.data).all() for _, p in model.named_parameters()] or [xp.asarray(True)])
 
 
-def finite_flag(model, xp):
+def finite_flag(model, xp, optimizer=None):
     """1.0 where every dense parameter of ``model`` is finite, else 0.0, as a device scalar of float32.
 
-    A dead ReLU net can keep the loss finite for a while; the weights tell at once. One reduction per parameter
-    and no read: a ``bool()`` per parameter would stall a GPU once per layer."""
+    A dead ReLU net can keep the loss finite for a while; the weights tell at once. No read: a ``bool()`` per
+    parameter would stall a GPU once per layer. Where ``optimizer`` holds every parameter in its flat buffers
+    (optim/flat.py), one reduction a buffer, else one a parameter."""
+    groups = getattr(optimizer, "groups", None)
+    if groups and {id(p) for _, p in model.named_parameters()} <= {id(optimizer.params[n]) for g in groups
+                                                                    for n in g.names}:
+        return xp.stack([xp.isfinite(g.data).all() for g in groups]).all().astype(xp.float32)
     return _finite(model, xp).all().astype(xp.float32)
 
 
