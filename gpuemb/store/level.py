@@ -31,6 +31,8 @@ from .slab import SlabAllocator, grown_to
 from .slots import DeviceSlots
 from .tiers import DeviceTier
 
+AHEAD = 4  # batches of room a lookup's level makes when it reads its counts (``RowLevel._settle``)
+
 
 class EvictionPolicy:
     """Which rows of a bounded level to evict: least recently used (``lru``) or least frequently used (``lfu``,
@@ -229,7 +231,7 @@ class RowLevel:
         miss = slots < 0
         self.policy.pin(self._where(slots, ~miss))  # before any eviction below: this batch's rows must stay
         self._count(miss)
-        slots = self._insert(keys, miss, slots, tags)
+        slots = self._insert(keys, miss, slots, tags, ahead=AHEAD)
         rows, steps = self._fetch(keys, miss, tags)
         self.write(slots, rows, steps, where=miss)
         self.policy.pin(self._where(slots, miss))
@@ -284,10 +286,10 @@ class RowLevel:
         """Called with the slots about to be evicted, before their keys are forgotten."""
         raise NotImplementedError(f"{type(self).__name__} leaves this to CacheLevel and HomeLevel")
 
-    def _insert(self, keys, miss, slots, tags=None):
+    def _insert(self, keys, miss, slots, tags=None, ahead=1):
         """``slots`` with fresh ones where ``miss`` is set, for the absent ``keys`` (distinct, of tables ``tags``);
-        makes room first."""
-        fresh = self._settle(keys.shape[0], miss)
+        makes room first, and when it must read, room for ``ahead`` more batches of as many keys."""
+        fresh = self._settle(keys.shape[0], miss, ahead)
         pos, is_new = self.index.claim(keys, fresh)  # for distinct keys, is_new is miss
         new = self.alloc.alloc_where(is_new)
         self.index.assign(pos, self.xp.where(is_new, new, slots))
@@ -312,10 +314,11 @@ class RowLevel:
         self.keys, self.steps, self.dirty, self.touched, self.owners = grown
         self.policy.grow(cap)
 
-    def _settle(self, n, miss):
+    def _settle(self, n, miss, ahead=1):
         """Make room for at most ``n`` new rows (those of ``miss``) and return a bound on the new keys. Reads
         nothing while the host's bounds say the index, the tier and the level's bound have room for ``n`` more;
-        else reads the true counts in one small copy, evicts what the bound asks, and grows what must grow."""
+        else reads the true counts in one small copy, evicts what the bound asks, and grows what must grow, with
+        room for ``ahead`` batches of ``n`` more."""
         bounded = self.bound is not None and self.used_bound + n > self.bound
         if not bounded and self.index.room_for(n) and self.alloc.room_for(n):
             self.used_bound += n
@@ -330,11 +333,14 @@ class RowLevel:
         if over > 0:
             self._evict(over, misses, n_cand)
             held -= over
-        # The tier gets rows for this batch's misses and a whole batch ahead (a slab at a time), so the next batch
-        # reads nothing; the index only what it needs (rehashing ahead would cost bytes per key), so near its
-        # max_load it may read on a few batches before a rehash.
-        self.index.settle(used_rows, held, misses)
-        self.alloc.settle(top + max(over, 0), bump, misses + n)
+        # The host's bounds grow by every batch's keys, new or not: a level that read when within one batch of a
+        # limit would read on every batch while its keys are known. So the tier gets rows, and the index room, for
+        # ``ahead`` batches past this one's misses (AHEAD for a lookup, against a read a step; an import sizes for
+        # the batch it brings and one more, as before).
+        # An eighth of the keys at most: a small table keeps its bytes a key (docs/store.md, "Bytes a key").
+        more = 0 if self.bound is not None else min((ahead - 1) * n, held // 8)  # a bounded level reads to evict
+        self.index.settle(used_rows, held, misses, ahead=more)
+        self.alloc.settle(top + max(over, 0), bump, misses + n + more)
         self.used_bound = held + misses
         return misses
 
