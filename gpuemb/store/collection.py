@@ -80,36 +80,43 @@ class Part:
 
     def __init__(self, store, features, spaces, tagged):
         self.store, self.features, self.tagged = store, np.asarray(features), tagged
-        self.spaces = None if spaces is None else np.asarray(spaces, np.int64)
-        self._device = {}  # device copies of the index arrays, by what they are for (and the batch size)
+        self.spaces = None if spaces is None else np.asarray(spaces, np.int32)
+        self._arrays = {}  # the index arrays the lookups take, by what they are for (and the batch size)
 
-    def on_device(self, what, make):
-        """The array ``make()`` (NumPy) on the device, made and uploaded once per ``what``."""
-        if what not in self._device:
-            self._device[what] = backend.xp.asarray(make()) if backend.xp is not np else make()
-        return self._device[what]
+    def array(self, what, make, xp):
+        """``make(xp)``: an index array made with ``xp`` (NumPy, or the device's module), once per ``what``."""
+        key = (what, xp is np)
+        if key not in self._arrays:
+            self._arrays[key] = make(xp)
+        return self._arrays[key]
 
-    def matrix_keys(self, sparse, columns, n_columns):
-        """``(keys [B·C], tags or None)``: the part's keys of the matrix ``sparse [B, n_columns]`` (on its device),
-        row-major, where ``columns`` (NumPy) are the part's columns and each column's key space is ``spaces``
-        repeated as ``columns`` covers them."""
+    def uploaded(self, what, host, xp):
+        """The NumPy array ``host()`` on ``xp``'s device, copied there once per ``what``."""
+        return self.array(what, lambda xp: xp.asarray(host()), xp)
+
+    def spaces_on(self, xp, what=("spaces",)):
+        """``spaces`` (int32) on ``xp``'s device: made there where they count 0, 1, ... (a shared table's features,
+        a store's tables in order), so a run's first step uploads nothing for them."""
+        if (self.spaces == np.arange(self.spaces.size)).all():
+            return self.array(what, lambda xp: xp.arange(self.spaces.size, dtype=np.int32), xp)
+        return self.uploaded(what, lambda: self.spaces, xp)
+
+    def matrix_keys(self, sparse, n_columns):
+        """``(keys [B·F], tags or None)``: the part's keys of the matrix ``sparse [B, n_columns]`` (on its device),
+        row-major, one column per feature."""
         xp, B = get_array_module(sparse), sparse.shape[0]
-        if columns.size != n_columns or (columns != np.arange(n_columns)).any():
-            sparse = sparse[:, self.on_device(("columns", B), lambda: columns)]
-        return self._mixed(sparse, xp, ("matrix", B), lambda: np.broadcast_to(self._column_spaces(columns),
-                                                                               (B, columns.size)).ravel())
+        if self.features.size != n_columns or (self.features != np.arange(n_columns)).any():
+            sparse = sparse[:, self.uploaded(("columns",), lambda: self.features, xp)]
+        if self.spaces is None:
+            return self._mixed(sparse, None)
+        return self._mixed(sparse, self.array(("matrix", B), lambda xp: xp.tile(self.spaces_on(xp), B), xp))
 
-    def _column_spaces(self, columns):
-        return self.spaces if self.spaces.size == columns.size else np.repeat(self.spaces, columns.size
-                                                                                  // self.spaces.size)
-
-    def _mixed(self, keys, xp, what, spaces_of_keys):
-        """``keys`` flat, mixed with the key space of each (``spaces_of_keys()``, NumPy, made once per ``what``),
-        and the tags where the store takes them."""
+    def _mixed(self, keys, spaces):
+        """``keys`` flat, mixed with the key space of each (``spaces``, on their device), and the tags where the
+        store takes them."""
         keys = keys.reshape(-1)
         if self.spaces is None:  # a copy where it would be a view of the caller's batch, which a loader may reuse
             return (keys.copy() if keys.base is not None else keys), None
-        spaces = self.on_device(what, lambda: spaces_of_keys().astype(np.int32))  # the tags too, where tagged
         return feature_keys(keys, spaces), spaces if self.tagged else None
 
 
@@ -191,7 +198,7 @@ class EmbeddingCollection(Module):
         if self.hotness is None:
             sparse = mixed_keys(sparse, self.n_features, False, "EmbeddingCollection")
             return [(p, keys, None, None, tags) for p in self.parts
-                    for keys, tags in [p.matrix_keys(sparse, p.features, self.n_features)]]
+                    for keys, tags in [p.matrix_keys(sparse, self.n_features)]]
         hot = np.asarray(self.hotness)
         C = int(hot.sum())
         sparse = mixed_keys(sparse, C, False, "EmbeddingCollection",
@@ -207,11 +214,13 @@ class EmbeddingCollection(Module):
             return np.concatenate([(np.arange(B)[:, None] * hot.sum() + s + np.arange(n)).ravel()
                                    for s, n in zip(starts[part.features], h)])
 
-        at = part.on_device(("multi-hot", B), flat)
-        spaces = (lambda: np.repeat(part.spaces, h * B)) if part.spaces is not None else None
-        keys, tags = part._mixed(sparse.reshape(-1)[at], get_array_module(sparse), ("multi-hot-spaces", B), spaces)
-        offsets = part.on_device(("multi-hot-offsets", B),
-                                 lambda: np.concatenate([[0], np.cumsum(np.repeat(h, B))]).astype(np.int64))
+        xp = get_array_module(sparse)
+        at = part.uploaded(("multi-hot", B), flat, xp)
+        spaces = None if part.spaces is None else part.array(
+            ("multi-hot spaces", B), lambda xp: xp.repeat(part.spaces_on(xp), (h * B).tolist()), xp)
+        keys, tags = part._mixed(sparse.reshape(-1)[at], spaces)
+        offsets = part.uploaded(("multi-hot offsets", B),
+                                lambda: np.concatenate([[0], np.cumsum(np.repeat(h, B))]).astype(np.int64), xp)
         return part, keys, offsets, None, tags
 
     def _jagged(self, part, jagged):
@@ -222,7 +231,7 @@ class EmbeddingCollection(Module):
         if part.spaces is None:
             return part, keys, offsets, jagged.weights, None
         feature = (xp.searchsorted(offsets, xp.arange(keys.shape[0]), side="right") - 1) // B
-        spaces = part.on_device(("jagged",), lambda: part.spaces.astype(np.int32))[feature]
+        spaces = part.spaces_on(xp)[feature]
         return part, feature_keys(keys, spaces), offsets, jagged.weights, spaces if part.tagged else None
 
     def _bags(self, part, bags):
@@ -267,7 +276,7 @@ class EmbeddingCollection(Module):
         return take(out, self._perm(("column order", B), columns), axis=1)
 
     def _perm(self, what, make):
-        return self.parts[0].on_device(what, make)
+        return self.parts[0].uploaded(what, make, backend.xp)
 
 
 def _host_bag(feature, bag):
