@@ -14,8 +14,8 @@ and layers more than their sizes.
 
 Cases: ``dlrm-13``, ``dlrm-26`` and ``dlrm-52`` (DLRM, that many sparse features, a table each), ``dlrm-shared``
 (DLRM, 26 features in one shared table), ``dcn-multihot`` (DCN-v2, low-rank crosses, over 26 tables of MLPerf's
-multi-hot features, 214 ids a row) and ``dlrm-host`` (DLRM, 26 tables, each on the host store behind a device
-cache of ``CACHE_ROWS`` rows).
+multi-hot features, 214 ids a row) and ``dcn-multihot-13`` (its first 13), ``dlrm-host`` (DLRM, 26 tables, each
+on the host store behind a device cache of ``CACHE_ROWS`` rows) and ``dlrm-host-13``.
 """
 import argparse
 import json
@@ -48,6 +48,11 @@ CASES = {
     "dlrm-shared": Case("DLRM, 26 sparse features in one shared table", {**DLRM, "tables": "shared"}),
     "dcn-multihot": Case("DCN-v2, 26 multi-hot features (214 ids a row), a table each",
                          {**DCN, "tables": "per-feature", "preset": "multihot"}),  # and that data's recipe
+    "dcn-multihot-13": Case("DCN-v2, 13 multi-hot features, a table each",
+                            {**DCN, "tables": "per-feature", "preset": "multihot"}, features=13),
+    "dlrm-host-13": Case(f"DLRM, 13 sparse features, a table each on the host store behind a device cache of "
+                         f"{CACHE_ROWS} rows", {**DLRM, "tables": "per-feature", "store": "host",
+                                                "cache_rows": CACHE_ROWS}, features=13),
     "dlrm-host": Case(f"DLRM, 26 sparse features, a table each on the host store behind a device cache of "
                       f"{CACHE_ROWS} rows", {**DLRM, "tables": "per-feature", "store": "host",
                                              "cache_rows": CACHE_ROWS}),
@@ -56,6 +61,12 @@ CASES = {
 
 def run_case(case, args):
     """The mean counts per step of ``args.steps`` steps of ``case`` after ``args.warmup`` (a launches report)."""
+    from gpuemb.autograd import launches
+    return launches.per_step(launches.added(*step_counts(case, args)), args.steps)
+
+
+def step_counts(case, args):
+    """The counts of each of ``args.steps`` steps of ``case`` after ``args.warmup``, a launches report each."""
     from gpuemb.autograd import launches
     from gpuemb.train import TrainConfig
     from gpuemb.train.data import synthetic_config, synthetic_data
@@ -66,19 +77,24 @@ def run_case(case, args):
     config = TrainConfig.from_dict({"embedding_dim": DIM, "batch_size": args.batch, "steps": steps + 1,
                                     "progress": False, "seed": 0, **case.settings})
     shape = synthetic_config(config)
-    if case.features:
-        shape = replace(shape, cardinalities=(shape.cardinalities * (case.features // 26 + 1))[:case.features])
-    run = Run(config, synthetic_data(shape, args.batch * (steps + 2), 64, case.about))
+    if case.features:  # the preset's tables repeated, or cut, to that many
+        def cut(values):
+            return (values * (case.features // len(values) + 1))[:case.features] if values else values
+        shape = replace(shape, cardinalities=cut(shape.cardinalities), hotness=cut(shape.hotness))
+    rows = getattr(args, "rows", None) or args.batch * (steps + 2)
+    run = Run(config, synthetic_data(shape, rows, 64, case.about))
     try:
         # each prefetch in the step, where the worker would start it: the same prefetches, counted the same way
         # however a worker's thread and the step's would have interleaved
         with Pipeline(run.trainer, run.batches, worker_thread=False) as pipeline:
             for _ in range(args.warmup):
                 pipeline.step()
-            before = launches.COUNTS.snapshot()
+            counted = []
             for _ in range(args.steps):
+                before = launches.COUNTS.snapshot()
                 pipeline.step()
-            return launches.per_step(launches.COUNTS.since(before), args.steps)
+                counted.append(launches.COUNTS.since(before))
+            return counted
     finally:
         run.close()
 
@@ -106,10 +122,13 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=1, help="steps counted, after the warm-up (default 1)")
     ap.add_argument("--warmup", type=int, default=2, help="steps before counting (default 2)")
     ap.add_argument("--batch", type=int, default=16, help="the batch size (default 16)")
+    ap.add_argument("--rows", type=int, help="rows of training data, read over again once done (default: a batch "
+                    "more than the steps take, so every step brings new keys); --rows of the warm-up's batches "
+                    "counts steps whose keys are all known, where no table grows")
     ap.add_argument("--json", metavar="FILE", help="also write the counts, phase by phase, as JSON")
     args = ap.parse_args(argv)
-    if args.steps < 1 or args.warmup < 0 or args.batch < 1:
-        ap.error("--steps and --batch must be >= 1, --warmup >= 0")
+    if args.steps < 1 or args.warmup < 0 or args.batch < 1 or (args.rows is not None and args.rows < args.batch):
+        ap.error("--steps and --batch must be >= 1, --warmup >= 0, --rows at least a batch")
     backend = sys.modules.get("gpuemb.autograd.backend")
     if backend is not None and backend.DEVICE != "emulated":
         print(f"count_step.py: gpuemb was imported on {backend.DEVICE}; the counts need the emulated device: run "
