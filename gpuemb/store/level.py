@@ -18,7 +18,8 @@ on the host. So a device level's lookup and update read nothing back. What must 
 rows to the tier, rehashing the index, evicting under the bound) is decided from upper bounds that grow by the
 batch's size; only when a bound says the level might be full does it read the true counts, once, in one small
 copy (``_settle``): per batch of U unique keys, a read when the index's load, the tier's rows or the level's bound
-is within U of its limit, and then at most one.
+is within U of its limit, and then at most one. A lookup's settle then makes room for ``AHEAD`` batches (at most an
+eighth of the keys), so an unbounded level reads once in several batches, not at every one near its limit.
 """
 import numpy as np
 
