@@ -153,4 +153,6 @@ class BatchedTable:
         return out
 
     def close(self):
-        self.store.close()
+        """Close this table; the store's tiers close with the last of its tables, so closing one table of a
+        collection leaves the others' rows in place."""
+        self.store.close(self.tag)

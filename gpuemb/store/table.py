@@ -95,6 +95,7 @@ class EmbeddingTable:
         self.deleted = []  # (tick, keys) of the keys dropped, for deltas; only where ticks are kept
         self.trimmed = 0  # the oldest marker a delta can be taken since: the drops before it are forgotten
         self.dropped = False  # whether keys were dropped since clear_dirty(): an incremental cannot say so
+        self._closed = set()  # in a store of several tables, those closed (close(table))
 
     def _new_rows(self, keys, tags=None):
         """A store of several tables draws a key's row from the table's own key, as the table alone would."""
@@ -446,8 +447,13 @@ class EmbeddingTable:
                    if hasattr(level.tier, k)}})
         return out
 
-    def close(self):
-        """Close the tiers (an ssd home's file stays on disk)."""
+    def close(self, table=None):
+        """Close the tiers (an ssd home's file stays on disk); in a store of several tables, ``table`` (its index)
+        is done with them, and the tiers close once every table is."""
+        if table is not None:
+            self._closed.add(table)
+            if len(self._closed) < self.n_tables:
+                return
         for level in self.levels:
             level.tier.close()
 

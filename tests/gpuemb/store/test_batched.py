@@ -181,3 +181,15 @@ def test_sgd_tables_batch_too(rng):
     for x, y in zip(*(train(c, batches) for c in made)):
         np.testing.assert_array_equal(x, y)
     assert_same_tables(*made)
+
+
+def test_the_store_closes_with_the_last_of_its_tables(rng):
+    c = EmbeddingCollection(configs(3))
+    sparse = rng.integers(0, 50, (B, 3))
+    train(c, [sparse])
+    c.tables[0].close()
+    np.testing.assert_array_equal(np.sort(np.concatenate(list(c.tables[1].keys()))), np.unique(sparse[:, 1]))
+    assert rows_of(c.tables[1])[1].shape == (np.unique(sparse[:, 1]).size, c.stores[0].format.width)
+    c.tables[1].close()
+    c.tables[2].close()
+    assert c.stores[0].top.tier.capacity == 0  # its tiers are closed now
