@@ -32,12 +32,15 @@ class Case:
 
 
 def peer(xp):
-    """(torch, its device name) where torch imports, else (None, None): the peer that cases time beside ours."""
+    """(torch, its device name) where torch imports, else (None, None): the peer that cases time beside ours. On a
+    device it is torch's GPU, and none where torch has no CUDA (the emulated device on a CPU build)."""
     try:
         import torch
     except ImportError:
         return None, None
-    return torch, "cpu" if xp.__name__ == "numpy" else "cuda"
+    if xp.__name__ == "numpy":
+        return torch, "cpu"
+    return (torch, "cuda") if torch.cuda.is_available() else (None, None)
 
 
 def arrays(xp, rng, *shapes):

@@ -65,24 +65,29 @@ def run_case(case, args):
     return launches.per_step(launches.added(*step_counts(case, args)), args.steps)
 
 
-def step_counts(case, args):
-    """The counts of each of ``args.steps`` steps of ``case`` after ``args.warmup``, a launches report each."""
-    from gpuemb.autograd import launches
+def open_run(case, batch, steps, rows=None):
+    """A ``Run`` of ``case`` at ``batch`` samples a step, sized for ``steps`` steps, on ``rows`` rows of synthetic data
+    (default: a batch more than the steps take, so every step brings new keys)."""
     from gpuemb.train import TrainConfig
     from gpuemb.train.data import synthetic_config, synthetic_data
-    from gpuemb.train.loop import Pipeline
     from gpuemb.train.run import Run
 
-    steps = args.warmup + args.steps
-    config = TrainConfig.from_dict({"embedding_dim": DIM, "batch_size": args.batch, "steps": steps + 1,
+    config = TrainConfig.from_dict({"embedding_dim": DIM, "batch_size": batch, "steps": steps + 1,
                                     "progress": False, "seed": 0, **case.settings})
     shape = synthetic_config(config)
     if case.features:  # the preset's tables repeated, or cut, to that many
         def cut(values):
             return (values * (case.features // len(values) + 1))[:case.features] if values else values
         shape = replace(shape, cardinalities=cut(shape.cardinalities), hotness=cut(shape.hotness))
-    rows = getattr(args, "rows", None) or args.batch * (steps + 2)
-    run = Run(config, synthetic_data(shape, rows, 64, case.about))
+    return Run(config, synthetic_data(shape, rows or batch * (steps + 2), 64, case.about))
+
+
+def step_counts(case, args):
+    """The counts of each of ``args.steps`` steps of ``case`` after ``args.warmup``, a launches report each."""
+    from gpuemb.autograd import launches
+    from gpuemb.train.loop import Pipeline
+
+    run = open_run(case, args.batch, args.warmup + args.steps, getattr(args, "rows", None))
     try:
         # each prefetch in the step, where the worker would start it: the same prefetches, counted the same way
         # however a worker's thread and the step's would have interleaved

@@ -1,6 +1,6 @@
 """The floor of a training step of a ``tools/bench_train.py`` config: the least time its bytes and FLOPs can take.
 
-    python tools/gpu_floor.py [--config mlperf] [--batch-size 65536] [--measured FILE] [--json FILE]
+    python tools/gpu_floor.py [--config mlperf] [--batch-size 65536] [--cap ROWS] [--measured FILE] [--json FILE]
 
 floor = max(row bytes / bandwidth, MLP FLOPs / matmul rate), with the bandwidth (a large copy) and the float32
 matmul rate measured now on this device (``bench_ops.ceilings``: CuPy on a GPU, NumPy on the CPU).
@@ -11,11 +11,14 @@ matmul rate measured now on this device (``bench_ops.ceilings``: CuPy on a GPU, 
 - MLP FLOPs: ``6 · B · Σ in·out`` over the bottom and top layers (forward, and the input and weight gradients),
   plus the dot interaction's ``6 · B · F² · D`` (its Gram matrix forward and backward).
 ``--measured FILE``: a ``bench_train.py --json`` result; its device-store step time of the same config and batch
-is printed beside the floor.
+is printed beside the floor. ``--cap``: rows per table at most, as bench_train.py's ``--cap``; give both the same,
+since the cap changes how many of a batch's ids are unique.
 """
 import argparse
 import json
+import os
 import sys
+from dataclasses import replace
 
 import numpy as np
 
@@ -51,11 +54,13 @@ def floor(bc, batch_size, unique, bandwidth, flop_rate, optimizer="adagrad"):
             "bound": "memory" if memory_ms >= compute_ms else "compute"}
 
 
-def measured_step_ms(path, config, batch_size):
-    """The device store's step time (pipeline on where both ran) of ``config`` in a bench_train JSON, or None."""
+def measured_step_ms(path, config, batch_size, cap=None):
+    """The device store's step time (pipeline on where both ran) of ``config`` in a bench_train JSON, or None where
+    it ran another batch size or another cap than ``cap`` (the config's own where the JSON names none)."""
     with open(path) as f:
         results = json.load(f)
-    if results["settings"]["batch_size"] != batch_size:
+    settings = results["settings"]
+    if settings["batch_size"] != batch_size or (settings.get("cap") or CONFIGS[config].cap) != cap:
         return None
     for result in results["results"]:
         rows = [r for r in result["rows"] if r["store"] == "device"] if result["config"] == config else []
@@ -69,23 +74,28 @@ def main(argv=None):
     ap.add_argument("--config", choices=sorted(CONFIGS), default="mlperf")
     ap.add_argument("--batch-size", type=int, default=65536)
     ap.add_argument("--optimizer", choices=sorted(STATE_FLOATS), default="adagrad")
+    ap.add_argument("--cap", type=int, help="rows per table at most (default: the config's; give bench_train's)")
     ap.add_argument("--quick", action="store_true", help="smaller ceiling measurements (a smoke run)")
     ap.add_argument("--measured", metavar="FILE", help="a bench_train.py --json result to compare with")
     ap.add_argument("--json", metavar="FILE", help="also write the floor and the ceilings as JSON")
     args = ap.parse_args(argv)
-    bc = CONFIGS[args.config]
+    if args.cap is not None and args.cap < 1:
+        ap.error(f"--cap {args.cap}: a table needs at least one row")
+    bc = CONFIGS[args.config] if args.cap is None else replace(CONFIGS[args.config], cap=args.cap)
     bandwidth, flop_rate = ceilings(backend.xp, args.quick)
-    out = {"config": args.config, "batch_size": args.batch_size, "device": backend.device_info()["device"],
+    out = {"config": args.config, "batch_size": args.batch_size, "cap": bc.cap, "device": backend.device_info()["device"],
            "bandwidth_GB/s": bandwidth / 1e9, "matmul_GFLOP/s": flop_rate / 1e9,
            **floor(bc, args.batch_size, unique_rows(bc, args.batch_size), bandwidth, flop_rate, args.optimizer)}
-    print(f"{args.config} at batch {args.batch_size} on {out['device']}: copy {bandwidth / 1e9:.1f} GB/s, float32 "
+    print(f"{args.config} (tables capped at {bc.cap:,} rows) at batch {args.batch_size} on {out['device']}: copy {bandwidth / 1e9:.1f} GB/s, float32 "
           f"matmul {flop_rate / 1e12:.2f} TFLOP/s")
     print(f"  rows: {out['unique_rows']:,} unique, {out['row_bytes'] / 1e6:.1f} MB read and written: "
           f"{out['memory_ms']:.2f} ms")
     print(f"  MLPs and interaction: {out['flops'] / 1e9:.1f} GFLOP: {out['compute_ms']:.2f} ms")
     line = f"  floor: {out['floor_ms']:.2f} ms a step ({out['bound']}-bound)"
-    if args.measured:
-        out["measured_step_ms"] = measured_step_ms(args.measured, args.config, args.batch_size)
+    if args.measured and not os.path.isfile(args.measured):
+        print(f"  (no step time to compare: {args.measured} does not exist; bench_train.py --json writes it)")
+    elif args.measured:
+        out["measured_step_ms"] = measured_step_ms(args.measured, args.config, args.batch_size, bc.cap)
         if out["measured_step_ms"] is not None:
             line += (f"; measured {out['measured_step_ms']:.2f} ms, "
                      f"{out['floor_ms'] / out['measured_step_ms']:.0%} of the floor's speed")

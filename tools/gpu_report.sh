@@ -1,60 +1,143 @@
 #!/usr/bin/env bash
-# The GPU report in one command, for a GPU machine without internet access:
+# The GPU report in one command, for a GPU machine with no network and a short lease:
 #
-#     tools/gpu_report.sh OUTDIR
+#     tools/gpu_report.sh OUTDIR                 # on the GPU machine, with .whl/ carried (tools/gpu_wheels.sh)
+#     tools/gpu_report.sh --dry-run OUTDIR       # every part at tiny shapes on the emulated device (.ci/run)
+#     tools/gpu_report.sh --only steps,tests OUTDIR    # some parts again
 #
-# installs the checkout (pip --no-deps: the machine's own cupy, numba-cuda, nvmath-python and h5py are used),
-# runs the gpu-marked tests, tools/bench_ops.py and tools/bench_train.py (the torch peer where torch imports),
-# and writes OUTDIR/report.md with every output and OUTDIR/*.json. It ends by printing the mlperf config's floor
-# at batch 65536 (tools/gpu_floor.py) beside the measured step time. A failing part is recorded and the rest
-# still runs; the exit code is the number of parts that failed.
+# Parts, in the order that tells the most first (docs/perf/README.md, "On the first GPU run", says how to read
+# them): env (the device and the versions), steps (a few training steps of every model: tools/gpu_steps.py),
+# host (the host's cost of one launch, CuPy call, cuBLASLt execute and read back: tools/gpu_host_cost.py), tests
+# (the gpu-marked kernel and autograd tests), ops (tools/bench_ops.py), train (tools/bench_train.py, kaggle and
+# mlperf at batch 65536 beside the torch peer) and floor (tools/gpu_floor.py at the same --cap).
+#
+# Each part has a time limit of its own, cut further so that the whole run ends by GPU_REPORT_DEADLINE seconds
+# (default 420). OUTDIR gets at most 8 files: report.md (every part's output) and one JSON or XML file per part.
+# A failing part is recorded and the rest still run; the exit code is 0 whatever failed, and the last lines say
+# which parts failed. Python is python3 (the GPU image's), or $PYTHON.
 set -u
-if [ $# -ne 1 ]; then
-    echo "usage: tools/gpu_report.sh OUTDIR (a folder for report.md and the JSON files)" >&2
+usage() {
+    echo "usage: tools/gpu_report.sh [--dry-run] [--only PART,...] OUTDIR; parts: $ALL_PARTS" >&2
     exit 2
-fi
+}
+ALL_PARTS="env steps host tests ops train floor"
+DRY=0
+ONLY="$ALL_PARTS"
+while [ $# -gt 1 ]; do
+    case "$1" in
+        --dry-run) DRY=1; shift ;;
+        --only) ONLY="${2//,/ }"; shift 2 ;;
+        *) usage ;;
+    esac
+done
+[ $# -eq 1 ] || usage
+case "$1" in -*) usage ;; esac
+for p in $ONLY; do
+    case " $ALL_PARTS " in *" $p "*) ;; *) echo "tools/gpu_report.sh: unknown part '$p'" >&2; usage ;; esac
+done
+
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="$(mkdir -p "$1" && cd "$1" && pwd)"
-PY="${PYTHON:-python}"
+PY="${PYTHON:-python3}"
 REPORT="$OUT/report.md"
-FAILED=0
+START=$(date +%s)
+DEADLINE="${GPU_REPORT_DEADLINE:-420}"
+FAILED=()
 cd "$ROOT"
+export PYTHONUNBUFFERED=1
 
-# part TITLE COMMAND...: run COMMAND, keep its output in the report under TITLE, count a failure.
+# part NAME LIMIT COMMAND...: run COMMAND for at most LIMIT seconds (less if the deadline is nearer), keep its
+# output in the report, and record a failure.
 part() {
-    local title="$1"; shift
-    echo "== $title: $*"
-    { echo; echo "## $title"; echo; echo "\`$*\`"; echo; echo '```'; } >> "$REPORT"
-    "$@" 2>&1 | tee -a "$REPORT"
+    local name="$1" limit="$2"; shift 2
+    case " $ONLY " in *" $name "*) ;; *) return 0 ;; esac
+    local left=$((DEADLINE - ($(date +%s) - START)))
+    [ "$limit" -gt "$left" ] && limit=$left
+    if [ "$limit" -lt 5 ]; then
+        echo "== $name: skipped, the deadline is reached" | tee -a "$REPORT"
+        FAILED+=("$name (no time left)")
+        return 0
+    fi
+    echo "== $name (at most ${limit} s): $*"
+    { echo; echo "## $name"; echo; echo "\`$*\` (limit ${limit} s)"; echo; echo '```'; } >> "$REPORT"
+    local t0=$(date +%s)
+    timeout --kill-after=5 "$limit" "$@" 2>&1 | tee -a "$REPORT"
     local rc=${PIPESTATUS[0]}
     echo '```' >> "$REPORT"
+    echo "($name: exit code $rc, $(( $(date +%s) - t0 )) s)" | tee -a "$REPORT"
     if [ "$rc" -ne 0 ]; then
-        echo "(exit code $rc)" >> "$REPORT"
-        FAILED=$((FAILED + 1))
+        [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && FAILED+=("$name (timed out)") || FAILED+=("$name (exit $rc)")
     fi
 }
 
 {
-    echo "# gpuemb GPU report, $(date -u +%Y-%m-%d)"
+    echo "# gpuemb GPU report, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo
-    echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    echo "- GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo unknown)"
+    echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$([ -n "$(git status --porcelain 2>/dev/null)" ] && echo ' (with local changes)')"
+    echo "- mode: $([ $DRY -eq 1 ] && echo 'dry run on the emulated device' || echo 'GPU')"
+    echo "- GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,temperature.gpu --format=csv,noheader 2>/dev/null || echo none)"
     echo "- CPU: $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "- torch: $("$PY" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null || echo 'not installed: no peer column')"
 } > "$REPORT"
 
-export GPUEMB_DEVICE=cuda
-part "install" "$PY" -m pip install --no-deps --no-build-isolation -q -e .
-part "device" "$PY" -c "from gpuemb.autograd import backend; print(backend.device_info())"
-part "gpu tests" "$PY" -m pytest -m gpu -q -p no:cacheprovider tests
-part "bench_ops" "$PY" tools/bench_ops.py --json "$OUT/bench-ops.json"
-part "bench_train kaggle" "$PY" tools/bench_train.py --config kaggle --batch-size 2048 --steps 50 --warmup 10 \
-    --json "$OUT/bench-train-kaggle.json"
-part "bench_train mlperf, batch 65536" "$PY" tools/bench_train.py --config mlperf --batch-size 65536 \
-    --steps 20 --warmup 5 --stores device host --cap 4000000 --json "$OUT/bench-train-mlperf.json"
-part "floor of mlperf at batch 65536" "$PY" tools/gpu_floor.py --config mlperf --batch-size 65536 \
-    --measured "$OUT/bench-train-mlperf.json" --json "$OUT/floor-mlperf.json"
+if [ $DRY -eq 1 ]; then
+    export GPUEMB_DEVICE=emulated NUMBA_ENABLE_CUDASIM=1
+    STEPS=(--cases dlrm-shared dcn --batch 4 --steps 1)
+    HOST=(--calls 3 --repeats 1)
+    TESTS=(tests/gpuemb/kernels/test_mlp.py)
+    OPS=(--quick --filter "fused MLP")
+    TRAIN=(--config kaggle --batch-size 16 --steps 1 --warmup 1 --cap 100 --stores device --pipeline on --no-torch)
+    FLOOR=(--config kaggle --batch-size 16 --cap 100 --quick)
+else
+    export GPUEMB_DEVICE=cuda
+    # the wheels the image lacks (tools/gpu_wheels.sh), into a scratch folder ahead of the image's packages
+    SITE="${TMPDIR:-/tmp}/gpuemb-site"
+    if ls .whl/*.whl >/dev/null 2>&1; then
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
+            && export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+        if ! "$PY" -c "import nvmath.linalg.advanced" 2>/dev/null && ls .whl/fallback/*.whl >/dev/null 2>&1; then
+            echo "- nvmath did not import over the image's cuda-core: installing .whl/fallback" >> "$REPORT"
+            "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+                .whl/fallback/*.whl
+        fi
+    else
+        echo "- NO .whl/: nvmath-python is missing, so every MLP fails. Run tools/gpu_wheels.sh and carry .whl" \
+            | tee -a "$REPORT"
+    fi
+    "$PY" -m pip install -q --no-deps --no-build-isolation -e . >> "$REPORT" 2>&1 \
+        || echo "- pip install -e . failed; the checkout is imported from its folder" | tee -a "$REPORT"
+    STEPS=(--batch 16 --steps 10)
+    HOST=(--calls 300 --repeats 5)
+    TESTS=(tests/gpuemb/kernels tests/autograd)
+    OPS=()
+    TRAIN=(--config kaggle mlperf --batch-size 65536 --steps 8 --warmup 3 --cap 1000000 --stores device
+           --pipeline on --no-torchrec)
+    FLOOR=(--config mlperf --batch-size 65536 --cap 1000000)
+fi
 
-echo
-echo "report: $REPORT ($FAILED part(s) failed)"
-exit "$FAILED"
+part env 40 "$PY" -c "
+import importlib, platform, sys
+print('python', platform.python_version(), sys.executable)
+for name in ('numpy', 'numba', 'numba_cuda', 'cupy', 'nvmath', 'cuda.core', 'cuda.bindings', 'h5py', 'torch'):
+    try:
+        m = importlib.import_module(name)
+        print(f'{name:<14}', getattr(m, '__version__', '?'), getattr(m, '__file__', ''))
+    except Exception as e:
+        print(f'{name:<14} NOT IMPORTABLE: {type(e).__name__}: {e}')
+from gpuemb.autograd import backend
+print('device', backend.device_info())
+"
+part steps 120 "$PY" tools/gpu_steps.py "${STEPS[@]}" --json "$OUT/steps.json"
+part host 40 "$PY" tools/gpu_host_cost.py "${HOST[@]}" --json "$OUT/host-cost.json"
+part tests 60 "$PY" -m pytest -m gpu -q -p no:cacheprovider --junitxml "$OUT/tests.xml" "${TESTS[@]}"
+part ops 50 "$PY" tools/bench_ops.py "${OPS[@]}" --json "$OUT/bench-ops.json"
+part train 90 "$PY" tools/bench_train.py "${TRAIN[@]}" --json "$OUT/bench-train.json"
+part floor 25 "$PY" tools/gpu_floor.py "${FLOOR[@]}" --measured "$OUT/bench-train.json" --json "$OUT/floor.json"
+
+{
+    echo
+    echo "## summary"
+    echo
+    echo "$(( $(date +%s) - START )) s in all; parts run: $ONLY"
+    if [ ${#FAILED[@]} -eq 0 ]; then echo "every part passed"; else echo "FAILED: ${FAILED[*]}"; fi
+} | tee -a "$REPORT"
+exit 0

@@ -2,7 +2,8 @@
 ``D = epilog(alpha * A @ B + beta * C)`` with the epilogues the project uses, in NumPy, on device arrays.
 
 It keeps what the project's code can get wrong against nvmath-python 1.x:
-- the calls: ``matmul`` and the stateful ``Matmul`` (``plan``, ``reset_operands``, ``execute``, ``free``, with);
+- the calls: ``matmul`` and the stateful ``Matmul`` (``plan``, ``reset_operands`` by keyword only, ``release_operands``,
+  ``execute``, ``free``, with), with nvmath-python 1.0's signatures (tests/autograd/emulated/test_nvmath_api.py);
 - the layouts: an operand needs a unit stride along one of its two dimensions (row- or column-major, padded or
   not); the result is column-major when the epilog needs it (every one below but RELU and BGRADA), else laid out
   as A is;
@@ -316,21 +317,23 @@ class Matmul:
                              f"column-major with columns {want[0]} bytes apart, the leading dimension nvmath "
                              "gives cuBLASLt; with any other it would read other bits")
 
-    def reset_operands(self, a=None, b=None, c=None, *, alpha=None, beta=None, quantization_scales=None,
+    def reset_operands(self, *, a=None, b=None, c=None, alpha=None, beta=None, quantization_scales=None,
                        epilog_inputs=None, stream=None):
-        """New operands of the planned dtypes, shapes and strides; with no argument at all, drop the operands."""
+        """New operands of the planned dtypes, shapes and strides, by keyword (nvmath 0.9 made them keyword-only);
+        at least one is needed, and after ``release_operands`` all of them."""
         self._check_valid()
         if c is not None and len(self.operand_traits) == 2:
             raise ValueError("nvmath: the problem has no operand C to reset")
-        if all(v is None for v in (a, b, c, alpha, beta, epilog_inputs)):
-            self.operands, self.epilog_operands = None, {}
-            return
         if self.operands is None:
-            if a is None or b is None or (c is None and len(self.operand_traits) == 3):
-                raise ValueError("nvmath: after the operands were dropped, A and B (and C) must all be provided")
+            if a is None or b is None or (c is None and len(self.operand_traits) == 3) or (
+                    self.epilog_traits and epilog_inputs is None):
+                raise ValueError("nvmath: after release_operands(), all required operands must be provided to "
+                                 "reset_operands()")
             if set(epilog_inputs or {}) != set(self.epilog_traits):
-                raise ValueError(f"nvmath: the epilog inputs {sorted(self.epilog_traits)} must all be provided")
+                raise ValueError(f"nvmath: the epilog inputs {sorted(self.epilog_traits)} are required")
             self.operands = [None] * len(self.operand_traits)
+        elif all(v is None for v in (a, b, c, alpha, beta, quantization_scales, epilog_inputs)):
+            raise ValueError("nvmath: reset_operands() requires at least one operand to be provided")
         if alpha is not None:
             self.alpha[0] = alpha
         if beta is not None and len(self.operand_traits) == 3:
@@ -342,6 +345,10 @@ class Matmul:
             if name not in self.epilog_traits:
                 raise ValueError(f"nvmath: {name!r} is not an input of the planned epilog")
             self.epilog_operands[name] = self._same(_device(x, name), self.epilog_traits[name], name)
+
+    def release_operands(self):
+        """Drop the operands, so that the plan keeps no memory alive between calls."""
+        self.operands, self.epilog_operands = None, {}
 
     @staticmethod
     def _same(x, traits, name):
@@ -357,8 +364,8 @@ class Matmul:
         if not self.planned:
             raise RuntimeError("nvmath: execution cannot be performed before plan() has been called")
         if self.operands is None:
-            raise RuntimeError("nvmath: execution cannot be performed with the operands reset to None; provide "
-                               "them with reset_operands()")
+            raise RuntimeError("nvmath: execution cannot be performed after release_operands(); provide the "
+                               "operands with reset_operands()")
         launches.cublaslt()
         a, b = (x.astype(self.accumulate) for x in self.operands[:2])
         if self.rounds_to_bfloat16:

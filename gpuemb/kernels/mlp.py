@@ -131,14 +131,14 @@ class MatmulPlans:
             mm.plan(epilog=None if epilog is None else getattr(nvmath.MatmulEpilog, epilog),
                     epilog_inputs=epilog_inputs)
         else:
-            mm.reset_operands(a, b, alpha=alpha, epilog_inputs=epilog_inputs)
+            mm.reset_operands(a=a, b=b, alpha=alpha, epilog_inputs=epilog_inputs)
         self.plans[key] = mm
         if len(self.plans) > self.size:
             self.plans.popitem(last=False)[1].free()
         try:
             return mm.execute()
         finally:
-            mm.reset_operands()  # drops this call's operands, whose memory the plan would otherwise keep alive
+            mm.release_operands()  # drops this call's operands, whose memory the plan would otherwise keep alive
 
 
 PLANS = MatmulPlans()

@@ -174,3 +174,10 @@ def test_the_floor_tool_measures_this_machine_and_reads_a_bench_result(tmp_path)
     assert f["bandwidth_GB/s"] > 0.1 and f["matmul_GFLOP/s"] > 0.1 and f["measured_step_ms"] == 7.0
     assert 0 < f["unique_rows"] <= 256 * 26 and f["floor_ms"] > 0
     assert "floor:" in out.stdout and "measured 7.00 ms" in out.stdout
+    # a floor for tables capped otherwise than the bench ran is not set beside it
+    out = tool("gpu_floor.py", "--config", "kaggle", "--batch-size", "256", "--quick", "--cap", "1000", "--measured",
+               str(tmp_path / "b.json"), "--json", str(tmp_path / "f.json"))
+    assert out.returncode == 0, out.stderr
+    capped = json.loads((tmp_path / "f.json").read_text())
+    assert capped["cap"] == 1000 and capped["measured_step_ms"] is None and "measured" not in out.stdout
+    assert capped["unique_rows"] < f["unique_rows"]  # ids folded into 1,000 rows a table repeat more

@@ -125,15 +125,19 @@ def test_a_planned_matmul_runs_again_on_reset_operands(rng):
         assert len(mm.plan(epilog=Epilog.BIAS, epilog_inputs={"bias": dev(bias)})) >= 1
         np.testing.assert_allclose(mm.execute().get(), a @ b + bias[:, None], rtol=1e-5, atol=1e-6)
         a2, b2, bias2 = (rng.standard_normal(x.shape).astype(np.float32) for x in (a, b, bias))
-        mm.reset_operands(dev(a2), dev(b2), alpha=3.0, epilog_inputs={"bias": dev(bias2)})
+        mm.reset_operands(a=dev(a2), b=dev(b2), alpha=3.0, epilog_inputs={"bias": dev(bias2)})
         np.testing.assert_allclose(mm.execute().get(), 3 * (a2 @ b2) + bias2[:, None], rtol=1e-5, atol=1e-5)
-        mm.reset_operands()  # drops the operands
-        with pytest.raises(RuntimeError, match="reset to None"):
+        with pytest.raises(TypeError):
+            mm.reset_operands(dev(a), dev(b))  # nvmath 0.9 made the operands keyword-only
+        with pytest.raises(ValueError, match="at least one operand"):
+            mm.reset_operands()  # nvmath 1.0 refuses this; release_operands drops them
+        mm.release_operands()
+        with pytest.raises(RuntimeError, match="after release_operands"):
             mm.execute()
-        with pytest.raises(ValueError, match="must all be provided"):
-            mm.reset_operands(dev(a), dev(b))  # the bias is missing
+        with pytest.raises(ValueError, match="all required operands"):
+            mm.reset_operands(a=dev(a), b=dev(b))  # the bias is missing
         with pytest.raises(ValueError, match="strides"):
-            mm.reset_operands(dev(np.asfortranarray(a)), dev(b), epilog_inputs={"bias": dev(bias)})
+            mm.reset_operands(a=dev(np.asfortranarray(a)), b=dev(b), epilog_inputs={"bias": dev(bias)})
     with pytest.raises(nvmath.InvalidMatmulState):
         mm.execute()
     with pytest.raises(RuntimeError, match="before plan"):
