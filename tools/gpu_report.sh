@@ -6,13 +6,14 @@
 #     tools/gpu_report.sh --only steps,tests OUTDIR    # some parts again
 #
 # Parts, in the order that tells the most first (docs/perf/README.md, "On the first GPU run", says how to read
-# them): env (the device and the versions), steps (a few training steps of every model: tools/gpu_steps.py),
+# them): env (the device and the versions), epilogs (which bias-gradient epilogs cuBLASLt plans here:
+# tools/gpu_probe_epilogs.py), steps (a few training steps of every model: tools/gpu_steps.py),
 # host (the host's cost of one launch, CuPy call, cuBLASLt execute and read back: tools/gpu_host_cost.py), tests
 # (the gpu-marked kernel and autograd tests), ops (tools/bench_ops.py), train (tools/bench_train.py, kaggle and
 # mlperf at batch 65536 beside the torch peer) and floor (tools/gpu_floor.py at the same --cap).
 #
 # Each part has a time limit of its own, cut further so that the whole run ends by GPU_REPORT_DEADLINE seconds
-# (default 420). OUTDIR gets at most 8 files: report.md (every part's output) and one JSON or XML file per part.
+# (default 480). OUTDIR gets at most 8 files: report.md (every part's output) and one JSON or XML file per part but env.
 # A failing part is recorded and the rest still run; the exit code is 0 whatever failed, and the last lines say
 # which parts failed. Python is python3 (the GPU image's), or $PYTHON.
 set -u
@@ -20,7 +21,7 @@ usage() {
     echo "usage: tools/gpu_report.sh [--dry-run] [--only PART,...] OUTDIR; parts: $ALL_PARTS" >&2
     exit 2
 }
-ALL_PARTS="env steps host tests ops train floor"
+ALL_PARTS="env epilogs steps host tests ops train floor"
 DRY=0
 ONLY="$ALL_PARTS"
 while [ $# -gt 1 ]; do
@@ -41,7 +42,7 @@ OUT="$(mkdir -p "$1" && cd "$1" && pwd)"
 PY="${PYTHON:-python3}"
 REPORT="$OUT/report.md"
 START=$(date +%s)
-DEADLINE="${GPU_REPORT_DEADLINE:-420}"
+DEADLINE="${GPU_REPORT_DEADLINE:-480}"
 FAILED=()
 cd "$ROOT"
 export PYTHONUNBUFFERED=1
@@ -94,6 +95,18 @@ else
     if ls .whl/*.whl >/dev/null 2>&1; then
         "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
             && export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+        # numba-cuda 0.30.4 compiles no kernel over NumPy 2.5 (NVIDIA/numba-cuda#907): NumPy 2.4 goes ahead of it,
+        # and is taken out again if the image's compiled packages do not import over it
+        if "$PY" -c "import numpy, sys; sys.exit(tuple(map(int, numpy.__version__.split('.')[:2])) < (2, 5))" \
+                && ls .whl/numpy/*.whl >/dev/null 2>&1; then
+            echo "- the image's NumPy is 2.5 or later: installing $(basename .whl/numpy/*.whl) ahead of it" | tee -a "$REPORT"
+            "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+                .whl/numpy/*.whl
+            if ! "$PY" -c "import numpy, cupy, h5py, numba.cuda, torch" >> "$REPORT" 2>&1; then
+                echo "- the image's packages do not import over NumPy 2.4: taken out again" | tee -a "$REPORT"
+                rm -rf "$SITE"/numpy "$SITE"/numpy-*.dist-info "$SITE"/numpy.libs
+            fi
+        fi
         if ! "$PY" -c "import nvmath.linalg.advanced" 2>/dev/null && ls .whl/fallback/*.whl >/dev/null 2>&1; then
             echo "- nvmath did not import over the image's cuda-core: installing .whl/fallback" >> "$REPORT"
             "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
@@ -126,10 +139,11 @@ for name in ('numpy', 'numba', 'numba_cuda', 'cupy', 'nvmath', 'cuda.core', 'cud
 from gpuemb.autograd import backend
 print('device', backend.device_info())
 "
-part steps 120 "$PY" tools/gpu_steps.py "${STEPS[@]}" --json "$OUT/steps.json"
+part epilogs 30 "$PY" tools/gpu_probe_epilogs.py --json "$OUT/epilogs.json"
+part steps 130 "$PY" tools/gpu_steps.py "${STEPS[@]}" --json "$OUT/steps.json"
 part host 40 "$PY" tools/gpu_host_cost.py "${HOST[@]}" --json "$OUT/host-cost.json"
-part tests 60 "$PY" -m pytest -m gpu -q -p no:cacheprovider --junitxml "$OUT/tests.xml" "${TESTS[@]}"
-part ops 50 "$PY" tools/bench_ops.py "${OPS[@]}" --json "$OUT/bench-ops.json"
+part tests 70 "$PY" -m pytest -m gpu -q -p no:cacheprovider --junitxml "$OUT/tests.xml" "${TESTS[@]}"
+part ops 60 "$PY" tools/bench_ops.py "${OPS[@]}" --json "$OUT/bench-ops.json"
 part train 90 "$PY" tools/bench_train.py "${TRAIN[@]}" --json "$OUT/bench-train.json"
 part floor 25 "$PY" tools/gpu_floor.py "${FLOOR[@]}" --measured "$OUT/bench-train.json" --json "$OUT/floor.json"
 

@@ -86,9 +86,12 @@ def main(argv=None):
             rows[name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}
             print(f"{name:<14} FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
             print(traceback.format_exc()[-1500:], file=sys.stderr, flush=True)
+    from gpuemb.kernels.mlp import PLANS
+    refused = sorted({f"{p[0]} {p[1] or 'default'}" for p in PLANS.refused})
+    print(f"epilogs cuBLASLt refused (a plain matmul and a kernel ran instead): {', '.join(refused) or 'none'}")
     if args.json:
         Path(args.json).write_text(json.dumps({"device": backend.device_info(), "batch": args.batch,
-                                               "steps": args.steps, "cases": rows}, indent=1))
+                                               "steps": args.steps, "cases": rows, "refused": refused}, indent=1))
     return failed
 
 

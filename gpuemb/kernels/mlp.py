@@ -106,13 +106,26 @@ def _traits(a):
     return a.dtype.str, a.shape, a.strides
 
 
+class EpilogRefused(RuntimeError):
+    """cuBLASLt has no kernel for this epilog on these operands (CUBLAS_STATUS_NOT_SUPPORTED when planning)."""
+
+
+def _not_supported(error):
+    return "NOT_SUPPORTED" in str(error)
+
+
 class MatmulPlans:
     """nvmath ``Matmul`` objects, each planned once and run again with ``reset_operands``; beyond ``size`` the
     least recently used is freed. An MLP needs three per layer (forward, weight and input gradients) for each
-    batch size it sees."""
+    batch size it sees.
+
+    cuBLASLt supports each epilog for some dtypes, layouts and sizes only, and says so only when planning (the H200
+    of docs/perf/README.md refused BGRADB for every MLP there). A refused problem raises :class:`EpilogRefused`,
+    which the caller answers with a plain matmul and a kernel of its own, and is kept in ``refused`` so that it is
+    never planned again."""
 
     def __init__(self, size=64):
-        self.size, self.plans = size, OrderedDict()
+        self.size, self.plans, self.refused = size, OrderedDict(), set()
 
     def run(self, a, b, epilog=None, epilog_inputs=None, alpha=1.0, compute=None):
         """What nvmath's ``matmul(a, b, alpha=, epilog=, epilog_inputs=)`` returns, with ``compute`` (a ComputeType
@@ -122,14 +135,23 @@ class MatmulPlans:
         # A plan is fixed to the key: the epilog and compute type are set when planning, and reset_operands takes
         # only operands and epilog inputs of the dtype, shape and strides planned. alpha (the dropout scale) is
         # reset on every call instead. The thread: a Matmul holds its operands from reset_operands to execute.
-        key = (threading.get_ident(), epilog, compute, _traits(a), _traits(b),
-               *((name, *_traits(x)) for name, x in sorted(inputs.items())))
+        problem = (epilog, compute, _traits(a), _traits(b), *((name, *_traits(x)) for name, x in sorted(inputs.items())))
+        if problem in self.refused:
+            raise EpilogRefused(f"cuBLASLt refused the epilog {epilog} for {problem[2:]}")
+        key = (threading.get_ident(), *problem)
         mm = self.plans.pop(key, None)
         if mm is None:
             compute_type = None if compute is None else getattr(nvmath.MatmulComputeType, compute)
             mm = nvmath.Matmul(a, b, alpha=alpha, options=nvmath.MatmulOptions(compute_type=compute_type))
-            mm.plan(epilog=None if epilog is None else getattr(nvmath.MatmulEpilog, epilog),
-                    epilog_inputs=epilog_inputs)
+            try:
+                mm.plan(epilog=None if epilog is None else getattr(nvmath.MatmulEpilog, epilog),
+                        epilog_inputs=epilog_inputs)
+            except Exception as e:
+                mm.free()
+                if epilog is None or not _not_supported(e):
+                    raise
+                self.refused.add(problem)
+                raise EpilogRefused(f"cuBLASLt refused the epilog {epilog} for {problem[2:]}: {e}") from e
         else:
             mm.reset_operands(a=a, b=b, alpha=alpha, epilog_inputs=epilog_inputs)
         self.plans[key] = mm
@@ -182,7 +204,10 @@ def weight_grad_cuda(g, x, with_bias=True, compute=None):
         return xp.zeros((g.shape[1], x.shape[1]), dtype=g.dtype), gb
     if not with_bias:
         return (g.T @ x if compute is None else xp.ascontiguousarray(PLANS.run(x.T, g, compute=compute).T)), None
-    gWT, aux = PLANS.run(x.T, g, "BGRADB", compute=compute)
+    try:
+        gWT, aux = PLANS.run(x.T, g, "BGRADB", compute=compute)
+    except EpilogRefused:  # the sum over the batch as a reduction of its own
+        return xp.ascontiguousarray(PLANS.run(x.T, g, compute=compute).T), g.sum(axis=0)
     return xp.ascontiguousarray(gWT.T), aux["bgradb"]
 
 
@@ -196,7 +221,11 @@ def input_grad_cuda(g, W, mask=None, scale=1.0, compute=None):
     if mask.shape[1] != cublaslt_mask_words(W.shape[1]):
         raise ValueError(f"input_grad_cuda: a mask of {mask.shape[1]} words per row is not cuBLASLt's layout "
                          f"for {W.shape[1]} columns ({cublaslt_mask_words(W.shape[1])} words)")
-    gxT, aux = PLANS.run(W.T, g.T, "DRELU_BGRAD", {"relu_aux": _mask_to_aux(mask)}, alpha=scale, compute=compute)
+    try:
+        gxT, aux = PLANS.run(W.T, g.T, "DRELU_BGRAD", {"relu_aux": _mask_to_aux(mask)}, alpha=scale, compute=compute)
+    except EpilogRefused:  # the mask, the scale and the bias gradient in one kernel after a plain matmul
+        gx = xp.ascontiguousarray(PLANS.run(W.T, g.T, compute=compute).T)
+        return _input_grad(gx, None, mask, scale, relu_dropout_backward_sum_cuda)
     return xp.ascontiguousarray(gxT.T), aux["drelu_bgrad"]
 
 

@@ -235,6 +235,10 @@ def test_backward_steps_cuda_match_reference(rng, precision, n_in, n_out):
 @pytest.mark.parametrize("precision", TOL)
 @pytest.mark.parametrize("stack", STACKS)
 def test_fused_mlp_on_the_device_matches_reference(rng, precision, stack):
+    _check_stack_on_device(rng, precision, stack)
+
+
+def _check_stack_on_device(rng, precision, stack):
     layers = STACKS[stack]
     x, params = _stack(rng, STACK_SIZES, 32)
     gy = rng.standard_normal((32, 1)).astype(np.float32)
@@ -261,6 +265,39 @@ def test_fused_mlp_on_the_device_matches_reference(rng, precision, stack):
     for t, want, scale in zip(tensors, grads, scales):
         assert t.grad.dtype == np.float32
         _close(t.grad, want, scale, precision)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", TOL)
+def test_epilogs_that_cublaslt_refuses_fall_back_to_a_plain_matmul_and_a_kernel(rng, monkeypatch, precision):
+    # cuBLASLt 13 on an H200 refused BGRADB for every MLP of the first GPU run (docs/perf/README.md): it says so
+    # when planning, with CUBLAS_STATUS_NOT_SUPPORTED. Here the emulation refuses the two backward epilogs so.
+    nvmath = library("nvmath.linalg.advanced")
+    refuse = {nvmath.MatmulEpilog.BGRADB, nvmath.MatmulEpilog.DRELU_BGRAD}
+    planned, plan = [], nvmath.Matmul.plan
+
+    def refusing(self, *, epilog=None, **kw):
+        planned.append(epilog)
+        if epilog in refuse:
+            raise RuntimeError("the requested functionality is not supported (CUBLAS_STATUS_NOT_SUPPORTED)")
+        return plan(self, epilog=epilog, **kw)
+    monkeypatch.setattr(nvmath.Matmul, "plan", refusing)
+    monkeypatch.setattr(mlp, "PLANS", MatmulPlans())
+    _check_stack_on_device(rng, precision, "relu-dropout")
+    assert {p[0] for p in mlp.PLANS.refused} == {"BGRADB", "DRELU_BGRAD"}
+    tried = len(planned)
+    _check_stack_on_device(rng, precision, "relu-dropout")  # the same shapes: nothing is planned again
+    assert len(planned) == tried
+
+
+@pytest.mark.gpu
+def test_an_error_other_than_not_supported_is_raised(rng, monkeypatch):
+    nvmath = library("nvmath.linalg.advanced")
+    monkeypatch.setattr(nvmath.Matmul, "plan", lambda self, **kw: (_ for _ in ()).throw(RuntimeError("out of memory")))
+    monkeypatch.setattr(mlp, "PLANS", MatmulPlans())
+    with pytest.raises(RuntimeError, match="out of memory"):
+        linear_forward_cuda(*map(to_device, _layer(rng, 16, 20, 33)), relu=True)
+    assert not mlp.PLANS.refused
 
 
 @pytest.mark.gpu
