@@ -16,9 +16,42 @@ def kernel(fn=None, *, cache=True):
     reach it: CuPy's through ``__cuda_array_interface__`` as they are, the emulated device's as simulator arrays."""
     if fn is None:
         return lambda f: kernel(f, cache=cache)
-    dispatcher = backend.launchable(cuda.jit(cache=cache)(fn) if cache else cuda.jit(fn))
+    dispatcher = backend.launchable(uncached_where_unpicklable(cuda.jit(cache=cache)(fn)) if cache else cuda.jit(fn))
     KERNELS[f"{fn.__module__}.{fn.__qualname__}"] = dispatcher
     return dispatcher
+
+
+UNPICKLABLE = "Cannot pickle CUDACodeLibrary"
+
+
+def uncached_where_unpicklable(dispatcher):
+    """``dispatcher``, compiling without its disk cache once the cache cannot hold a specialization.
+
+    numba-cuda cannot write a kernel that links other files to its cache: a float16 specialization links CUDA's
+    fp16 library, and saving it raised "Cannot pickle CUDACodeLibrary with linking files" after compiling, on the
+    first GPU run (docs/perf/README.md). That kernel then compiles once a process, as an uncached one would."""
+    compile_ = getattr(dispatcher, "compile", None)
+    if compile_ is None or not hasattr(dispatcher, "_cache"):  # the simulator's dispatcher has no disk cache
+        return dispatcher
+
+    def compile(sig):
+        try:
+            return compile_(sig)
+        except RuntimeError as e:
+            if UNPICKLABLE not in str(e):
+                raise
+            dispatcher._cache = _null_cache()
+            return compile_(sig)
+    dispatcher.compile = compile
+    return dispatcher
+
+
+def _null_cache():
+    try:
+        from numba.cuda.core.caching import NullCache  # numba-cuda's own
+    except ImportError:
+        from numba.core.caching import NullCache  # releases that used numba's
+    return NullCache()
 
 
 def blocks_for(n, threads=256):

@@ -8,6 +8,11 @@ device once. The rows:
 - ``numba launch``: a numba.cuda kernel (``gather_rows``) on CuPy arrays, as the project launches every kernel;
 - ``numba launch, no CAI sync``: the same with numba-cuda's ``CUDA_ARRAY_INTERFACE_SYNC`` off. With it on (numba's
   default), numba synchronizes the stream each CuPy argument names before every launch;
+- ``numba launch, numba arrays``: the same kernel on numba views made once (``cuda.as_cuda_array``), on a numba
+  stream made once: what is left of a launch without reading CuPy's arrays each time;
+- ``numba PTX through CuPy``: the same kernel compiled by numba to PTX (``compile_ptx_for_current_device``), loaded
+  as a CuPy ``RawModule`` and launched by CuPy with numba's argument layout (per array: meminfo, parent, item
+  count, item size, data, shape, strides): what a launch costs when numba only compiles;
 - ``cupy elementwise``: ``xp.add(x, y, out=z)``;
 - ``nvmath execute``: a planned cuBLASLt matmul run again (``kernels/mlp.py``'s ``PLANS``);
 - ``read back``: one value copied to the host (``backend.item``), a wait for the stream;
@@ -63,6 +68,51 @@ def per_call(fn, calls, repeats):
     return statistics.median(times)
 
 
+def _numba_abi(a):
+    """The kernel parameters numba passes for the array ``a``."""
+    return [np.uint64(0), np.uint64(0), np.int64(a.size), np.int64(a.itemsize), a,
+            *(np.int64(n) for n in a.shape), *(np.int64(n) for n in a.strides)]
+
+
+def launch_variants(table, idx):
+    """The two ways to launch gather_rows that skip parts of numba's launch, each checked against it first; a
+    variant that fails is reported by its error, not timed."""
+    import re
+    import tempfile
+
+    from numba import cuda
+
+    from gpuemb.kernels.gather import _gather_rows_kernel
+    xp = backend.xp
+    want = backend.to_host(gather_rows_cuda(table, idx))
+    n, variants = idx.shape[0] * table.shape[1], {}
+    out = xp.empty((idx.shape[0], table.shape[1]), np.float32)
+    try:
+        stream = cuda.external_stream(backend.current_stream().ptr)
+        views = [cuda.as_cuda_array(a, sync=False) for a in (table, idx, out)]
+        launch = _gather_rows_kernel[max(1, (n + 255) // 256), 256, stream]
+        launch(*views)
+        np.testing.assert_array_equal(backend.to_host(out), want)
+        variants["numba launch, numba arrays"] = lambda: launch(*views)
+    except Exception as e:
+        variants["numba launch, numba arrays"] = f"{type(e).__name__}: {str(e)[:200]}"
+    try:
+        ptx, _ = cuda.compile_ptx_for_current_device(_gather_rows_kernel.py_func,
+                                                     "void(float32[:, ::1], int64[::1], float32[:, ::1])")
+        entry = re.search(r"\.entry\s+(\S+)\(", ptx).group(1)
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+            f.write(ptx)
+        fn = xp.RawModule(path=f.name).get_function(entry)
+        args = tuple(_numba_abi(table) + _numba_abi(idx) + _numba_abi(out))
+        out[...] = 0
+        fn((max(1, (n + 255) // 256),), (256,), args)
+        np.testing.assert_array_equal(backend.to_host(out), want)
+        variants["numba PTX through CuPy"] = lambda: fn((max(1, (n + 255) // 256),), (256,), args)
+    except Exception as e:
+        variants["numba PTX through CuPy"] = f"{type(e).__name__}: {str(e)[:200]}"
+    return variants
+
+
 def measure(calls, repeats):
     xp = backend.xp
     rng = np.random.default_rng(0)
@@ -78,6 +128,9 @@ def measure(calls, repeats):
         rows["numba launch, no CAI sync"] = per_call(lambda: gather_rows_cuda(table, idx), calls, repeats)
     finally:
         cai_sync(True)
+    if backend.real_gpu():
+        for name, fn in launch_variants(table, idx).items():
+            rows[name] = per_call(fn, calls, repeats) if callable(fn) else fn
     rows["cupy elementwise"] = per_call(lambda: xp.add(x, y, out=z), calls, repeats)
     rows["nvmath execute"] = per_call(lambda: PLANS.run(a, b), calls, repeats)
     rows["read back"] = per_call(lambda: backend.item(z[0]), calls, repeats)
@@ -100,7 +153,7 @@ def main(argv=None):
     print(f"CUDA_ARRAY_INTERFACE_SYNC switched in: {', '.join(cai) or 'no numba config module had it'}")
     print(f"{'call':<28}{'host us/call':>14}")
     for name, us in rows.items():
-        print(f"{name:<28}{us:>14.1f}")
+        print(f"{name:<28}{us:>14.1f}" if isinstance(us, float) else f"{name:<28}  FAILED: {us}")
     if args.json:
         Path(args.json).write_text(json.dumps({"device": backend.device_info(), "cai_configs": cai,
                                                "calls": args.calls, "repeats": args.repeats,

@@ -10,10 +10,11 @@
 # tools/gpu_probe_epilogs.py), steps (a few training steps of every model: tools/gpu_steps.py),
 # host (the host's cost of one launch, CuPy call, cuBLASLt execute and read back: tools/gpu_host_cost.py), tests
 # (the gpu-marked kernel and autograd tests), ops (tools/bench_ops.py), train (tools/bench_train.py, kaggle and
-# mlperf at batch 65536 beside the torch peer) and floor (tools/gpu_floor.py at the same --cap).
+# mlperf at batch 65536 beside the torch peer), floor (tools/gpu_floor.py at the same --cap) and suite (the rest
+# of the gpu-marked tests: stores, models, training, serving; last, as it takes the longest).
 #
 # Each part has a time limit of its own, cut further so that the whole run ends by GPU_REPORT_DEADLINE seconds
-# (default 480). OUTDIR gets at most 8 files: report.md (every part's output) and one JSON or XML file per part but env.
+# (default 480). OUTDIR gets at most 8 files: report.md (every part's output) and one JSON or XML file per part but env and floor (whose figures are in report.md).
 # A failing part is recorded and the rest still run; the exit code is 0 whatever failed, and the last lines say
 # which parts failed. Python is python3 (the GPU image's), or $PYTHON.
 set -u
@@ -21,7 +22,7 @@ usage() {
     echo "usage: tools/gpu_report.sh [--dry-run] [--only PART,...] OUTDIR; parts: $ALL_PARTS" >&2
     exit 2
 }
-ALL_PARTS="env epilogs steps host tests ops train floor"
+ALL_PARTS="env epilogs steps host tests ops train floor suite"
 DRY=0
 ONLY="$ALL_PARTS"
 while [ $# -gt 1 ]; do
@@ -88,6 +89,7 @@ if [ $DRY -eq 1 ]; then
     OPS=(--quick --filter "fused MLP")
     TRAIN=(--config kaggle --batch-size 16 --steps 1 --warmup 1 --cap 100 --stores device --pipeline on --no-torch)
     FLOOR=(--config kaggle --batch-size 16 --cap 100 --quick)
+    SUITE=(tests/gpuemb/store/test_batched.py)
 else
     export GPUEMB_DEVICE=cuda
     # the wheels the image lacks (tools/gpu_wheels.sh), into a scratch folder ahead of the image's packages
@@ -125,6 +127,7 @@ else
     TRAIN=(--config kaggle mlperf --batch-size 65536 --steps 8 --warmup 3 --cap 1000000 --stores device
            --pipeline on --no-torchrec)
     FLOOR=(--config mlperf --batch-size 65536 --cap 1000000)
+    SUITE=(tests --ignore=tests/gpuemb/kernels --ignore=tests/autograd)
 fi
 
 part env 40 "$PY" -c "
@@ -145,7 +148,8 @@ part host 40 "$PY" tools/gpu_host_cost.py "${HOST[@]}" --json "$OUT/host-cost.js
 part tests 70 "$PY" -m pytest -m gpu -q -p no:cacheprovider --junitxml "$OUT/tests.xml" "${TESTS[@]}"
 part ops 60 "$PY" tools/bench_ops.py "${OPS[@]}" --json "$OUT/bench-ops.json"
 part train 90 "$PY" tools/bench_train.py "${TRAIN[@]}" --json "$OUT/bench-train.json"
-part floor 25 "$PY" tools/gpu_floor.py "${FLOOR[@]}" --measured "$OUT/bench-train.json" --json "$OUT/floor.json"
+part floor 25 "$PY" tools/gpu_floor.py "${FLOOR[@]}" --measured "$OUT/bench-train.json"
+part suite 300 "$PY" -m pytest -m gpu -q -p no:cacheprovider --junitxml "$OUT/suite.xml" "${SUITE[@]}"
 
 {
     echo

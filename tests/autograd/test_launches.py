@@ -104,3 +104,32 @@ def test_a_functions_backward_counts_in_the_phase_its_forward_maps_to(forward, b
     got = launches.COUNTS.since(before, this_thread=True)["by_phase"]
     assert got[forward]["cupy"] == 1 and got[backward]["numba"] == 1, got
     np.testing.assert_array_equal(x.grad, [2, 2, 2])
+
+
+class _Dispatcher:
+    """A stand-in for numba-cuda's kernel dispatcher, whose disk cache cannot hold the first specialization."""
+
+    def __init__(self, message):
+        self._cache, self.message, self.compiled = "disk", message, []
+
+    def compile(self, sig):
+        self.compiled.append(sig)
+        if self._cache == "disk" and len(self.compiled) == 1:
+            raise RuntimeError(self.message)
+        return f"kernel for {sig}"
+
+
+def test_a_kernel_the_disk_cache_cannot_hold_compiles_without_it():
+    from gpuemb.autograd.launch import UNPICKLABLE, uncached_where_unpicklable
+    d = uncached_where_unpicklable(_Dispatcher(f"{UNPICKLABLE} with linking files"))
+    assert d.compile("(float16[:],)") == "kernel for (float16[:],)"
+    assert d.compiled == ["(float16[:],)"] * 2 and d._cache != "disk"
+    assert type(d._cache).__name__ == "NullCache"
+
+
+def test_other_compile_errors_are_raised():
+    from gpuemb.autograd.launch import uncached_where_unpicklable
+    d = uncached_where_unpicklable(_Dispatcher("a typing error"))
+    with pytest.raises(RuntimeError, match="a typing error"):
+        d.compile("(int64[:],)")
+    assert d._cache == "disk"
