@@ -13,8 +13,8 @@ It keeps what the project's code can get wrong against nvmath-python 1.x:
   gradient ``drelu_bgrad`` [M] sums D along N), BGRADA and BGRADB (``bgrada`` [M] sums A along K, ``bgradb`` [N]
   sums B along K);
 - the arithmetic: float16 operands under COMPUTE_32F multiply and accumulate in float32, epilogue included, and
-  D is rounded to float16 once; COMPUTE_32F_FAST_16BF rounds float32 operands to bfloat16 (to nearest even) and
-  accumulates in float32; float64 runs COMPUTE_64F;
+  D is rounded to float16 once; COMPUTE_32F_FAST_16BF, FAST_TF32 and FAST_16F round float32 operands to bfloat16,
+  TF32 or float16 (to nearest even) and accumulate in float32; float64 runs COMPUTE_64F;
 - what nvmath refuses: mixed operand dtypes, a compute type the dtypes do not take, empty extents, mismatched K,
   epilog inputs missing or of the wrong name, shape, stride or dtype, DRELU with K = 1, operands reset with
   another dtype, shape or strides, a Matmul used before ``plan`` or after ``free``.
@@ -147,20 +147,40 @@ EPILOGS = {
 }
 ROW_ORDER_ALLOWED = (_E.RELU, _E.BGRADA)  # the others make the result column-major
 
-# compute type -> (the operand dtypes it takes, the dtype it multiplies and accumulates in, whether operands are
-# first rounded to bfloat16); the default for each operand dtype is the first that takes it
-COMPUTE = {
-    ComputeType.COMPUTE_32F: (("float16", "float32"), np.float32, False),
-    ComputeType.COMPUTE_32F_FAST_16BF: (("float32",), np.float32, True),
-    ComputeType.COMPUTE_64F: (("float64",), np.float64, False),
-}
-
-
 def bfloat16(x):
     """float32 values rounded to bfloat16 (8 significant bits, to nearest even), kept in float32."""
+    return _round_mantissa(x, 16)
+
+
+def tfloat32(x):
+    """float32 values rounded to TF32 (11 significant bits, to nearest even), kept in float32: what the tensor cores
+    read of a float32 operand under COMPUTE_32F_FAST_TF32."""
+    return _round_mantissa(x, 13)
+
+
+def half(x):
+    """float32 values rounded to float16 and back (11 significant bits; beyond 65504, inf): FAST_16F's operands."""
+    with np.errstate(over="ignore"):
+        return x.astype(np.float16).astype(np.float32)
+
+
+def _round_mantissa(x, dropped):
+    """float32 values with their low ``dropped`` mantissa bits rounded away, to nearest even; NaN kept."""
     bits = x.view(np.uint32)
-    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000))
+    half_ulp, keep = np.uint32((1 << (dropped - 1)) - 1), np.uint32((0xFFFFFFFF >> dropped) << dropped)
+    rounded = (bits + half_ulp + ((bits >> np.uint32(dropped)) & np.uint32(1))) & keep
     return np.where(np.isnan(x), x, rounded.view(np.float32))
+
+
+# compute type -> (the operand dtypes it takes, the dtype it multiplies and accumulates in, how float32 operands are
+# first rounded, or None); the default for each operand dtype is the first that takes it
+COMPUTE = {
+    ComputeType.COMPUTE_32F: (("float16", "float32"), np.float32, None),
+    ComputeType.COMPUTE_32F_FAST_16BF: (("float32",), np.float32, bfloat16),
+    ComputeType.COMPUTE_32F_FAST_TF32: (("float32",), np.float32, tfloat32),
+    ComputeType.COMPUTE_32F_FAST_16F: (("float32",), np.float32, half),
+    ComputeType.COMPUTE_64F: (("float64",), np.float64, None),
+}
 
 
 def relu_aux_rows(m):
@@ -249,7 +269,7 @@ class Matmul:
             self.compute_type = next(t for t, (dtypes, _, _) in COMPUTE.items() if a.dtype.name in dtypes)
         if self.compute_type not in COMPUTE:
             raise NotImplementedError(f"the emulated nvmath does not model {self.compute_type!r}")
-        dtypes, self.accumulate, self.rounds_to_bfloat16 = COMPUTE[self.compute_type]
+        dtypes, self.accumulate, self.rounding = COMPUTE[self.compute_type]
         if a.dtype.name not in dtypes:
             raise ValueError(f"nvmath: {self.compute_type!r} is not supported for data types {a.dtype} (A) and "
                              f"{b.dtype} (B)")
@@ -368,8 +388,8 @@ class Matmul:
                                "operands with reset_operands()")
         launches.cublaslt()
         a, b = (x.astype(self.accumulate) for x in self.operands[:2])
-        if self.rounds_to_bfloat16:
-            a, b = bfloat16(a), bfloat16(b)
+        if self.rounding is not None:
+            a, b = self.rounding(a), self.rounding(b)
         z = self.alpha[0] * (a @ b)
         if len(self.operands) == 3:
             z += self.beta[0] * self.operands[2].astype(self.accumulate)

@@ -5,7 +5,7 @@
 - ``"lowrank"`` (DCN v2, mixture-free): ``W = U·Vᵀ``, so ``x0 ⊙ ((x_l·U)·Vᵀ + b) + x_l``, ``U, V [D, r]``.
 
 Every form is a plain matmul giving ``h`` (``[B, 1]`` for vector, ``[B, D]`` otherwise), done by BLAS or cuBLAS
-through ``@``, and one elementwise step, ``combine``: ``x0 ⊙ (h + b) + x_l``, or ``x0 ⊙ h + b + x_l`` when the
+through ``@`` (by cuBLASLt at a reduced compute precision: gemm.py), and one elementwise step, ``combine``: ``x0 ⊙ (h + b) + x_l``, or ``x0 ⊙ h + b + x_l`` when the
 bias sits outside (vector). That step and its backward (``g_x0 = gy ⊙ (h + b)``, ``g_h = gy ⊙ x0``) are fused
 into one pass each:
 
@@ -19,8 +19,9 @@ from numba import cuda
 
 from gpuemb.autograd import Function
 from gpuemb.autograd.backend import get_array_module, is_device_array
-
 from gpuemb.autograd.launch import blocks_for, kernel, stream_for
+
+from .gemm import COMPUTE, matmul
 
 FORMS = {"vector": 1, "matrix": 1, "lowrank": 2}  # form: how many weight matrices it takes
 
@@ -143,10 +144,17 @@ def _check(x0, xl, weights, b, form):
 
 
 class Cross(Function):
-    """One cross layer: ``Cross(form).apply(x0, x_l, *weights, b)``; gradients for x0, x_l, the weights and b."""
+    """One cross layer: ``Cross(form, precision).apply(x0, x_l, *weights, b)``; gradients for x0, x_l, the weights
+    and b. precision: what the matrix and low-rank forms' matmuls compute in (gemm.py; "fp32", or on a GPU "fp16",
+    "bf16" or "tf32"); the vector form's matrix-vector products, bound by memory, stay float32."""
 
-    def __init__(self, form="matrix"):
-        self.form = form
+    def __init__(self, form="matrix", precision="fp32"):
+        if precision not in COMPUTE:
+            raise ValueError(f"Cross: precision={precision!r}; use one of {', '.join(COMPUTE)}")
+        self.form, self.precision = form, precision
+
+    def _mm(self, a, b):
+        return matmul(a, b, self.precision)
 
     def forward(self, x0, xl, *rest):
         *weights, b = rest
@@ -154,10 +162,10 @@ class Cross(Function):
         if self.form == "vector":
             h = (xl @ weights[0])[:, None]
         elif self.form == "matrix":
-            h = xl @ weights[0]
+            h = self._mm(xl, weights[0])
         else:
-            self.t = xl @ weights[0]  # [B, r]: the low-rank path never forms the [D, D] product
-            h = self.t @ weights[1].T
+            self.t = self._mm(xl, weights[0])  # [B, r]: the low-rank path never forms the [D, D] product
+            h = self._mm(self.t, weights[1].T)
         self.x0, self.xl, self.weights, self.b, self.h = x0, xl, weights, b, h
         return combine(x0, h, b, xl, self.form != "vector")
 
@@ -167,8 +175,9 @@ class Cross(Function):
             g_h = g_h.sum(axis=1)
             return g_x0, gy + g_h[:, None] * self.weights[0], self.xl.T @ g_h, gy.sum(axis=0)
         g_b = g_h.sum(axis=0)
+        mm = self._mm
         if self.form == "matrix":
-            return g_x0, gy + g_h @ self.weights[0].T, self.xl.T @ g_h, g_b
+            return g_x0, gy + mm(g_h, self.weights[0].T), mm(self.xl.T, g_h), g_b
         U, V = self.weights
-        g_t = g_h @ V
-        return g_x0, gy + g_t @ U.T, self.xl.T @ g_t, g_h.T @ self.t, g_b
+        g_t = mm(g_h, V)
+        return g_x0, gy + mm(g_t, U.T), mm(self.xl.T, g_t), mm(g_h.T, self.t), g_b

@@ -316,8 +316,8 @@ class DotInteraction(Function):
 
     precision "fp16" (a GPU only) runs the float16 kernels, which stage float16 tiles and sum each dot in float32,
     on float16 copies of the inputs; the output and the gradients come back in the inputs' dtype, so the op's
-    boundary stays float32 like the MLPs'. "bf16" computes in float32: CuPy has no bfloat16 type to hand the
-    kernels (the MLPs' matmuls are where bf16 tensor cores pay).
+    boundary stays float32 like the MLPs'. "bf16" and "tf32" compute in float32 on the CUDA cores: CuPy has no
+    bfloat16 type to hand the kernels, and they are not matmuls cuBLASLt runs (the MLPs' and the crosses' are).
     """
 
     def __init__(self, self_interaction=False, pad_to=8, precision="fp32"):

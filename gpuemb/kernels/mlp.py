@@ -24,8 +24,9 @@ weights the optimizer updates) and the MLP's input and output stay in their dtyp
 input and a float16 copy of W and b, runs every matmul with float16 operands and float32 accumulation
 (cuBLASLt's COMPUTE_32F), keeps activations and gradients in float16, and casts the weight and bias gradients
 back to float32. ``bf16`` keeps float32 arrays (CuPy has no bfloat16 dtype) and asks cuBLASLt for
-COMPUTE_32F_FAST_16BF, whose tensor cores round the operands to bfloat16 and accumulate in float32. Both run on
-a GPU only: the CPU path refuses them.
+COMPUTE_32F_FAST_16BF, whose tensor cores round the operands to bfloat16 and accumulate in float32; ``tf32``
+likewise asks for COMPUTE_32F_FAST_TF32 (operands rounded to TF32's 11 significant bits). All three run on a GPU
+only: the CPU path refuses them.
 
 The GPU path (the ``*_cuda`` functions) runs nvmath-python's stateful ``Matmul`` on the device's arrays. Planning
 (cuBLASLt's heuristic query, descriptors, layouts) costs more than a small matmul, so ``PLANS`` plans each
@@ -99,7 +100,8 @@ def input_grad_cpu(g, W, mask=None, scale=1.0):
 
 # -- GPU: cuBLASLt epilogues through nvmath-python -----------------------------------------------------------
 # precision -> (the dtype activations and the weights' copies are cast to, or None; cuBLASLt's compute type)
-PRECISIONS = {"fp32": (None, None), "fp16": (np.float16, "COMPUTE_32F"), "bf16": (None, "COMPUTE_32F_FAST_16BF")}
+PRECISIONS = {"fp32": (None, None), "fp16": (np.float16, "COMPUTE_32F"), "bf16": (None, "COMPUTE_32F_FAST_16BF"),
+              "tf32": (None, "COMPUTE_32F_FAST_TF32")}
 
 
 def _traits(a):

@@ -42,7 +42,7 @@ class CrossLayer(Module):
 
     def forward(self, x0, xl):
         weights = (self.weight,) if self.form == "matrix" else (self.u, self.v)
-        return Cross(self.form).apply(x0, xl, *weights, self.bias)
+        return Cross(self.form, self.precision).apply(x0, xl, *weights, self.bias)
 
 
 class DCNv2(RecModel):

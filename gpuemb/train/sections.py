@@ -178,8 +178,9 @@ class OptimizationSettings(Section):
                          "data)", kind="int", low=1, resumable=True)
     epochs: int = setting(None, "passes over the training data, instead of --steps", kind="int", low=1,
                           resumable=True)
-    precision: str = setting("fp32", "the MLPs' compute precision; fp16 and bf16 need a GPU, keep fp32 master "
-                             "weights, and fp16 scales the loss (docs/precision.md)", choices=PRECISIONS)
+    precision: str = setting("fp32", "the matmuls' compute precision (MLPs, DCN-v2's crosses); fp16, bf16 and tf32 "
+                             "need a GPU and keep fp32 master weights, and fp16 scales the loss (docs/precision.md)",
+                             choices=PRECISIONS)
 
     def check(self):
         if self.steps is not None and self.epochs is not None:

@@ -59,6 +59,32 @@ def test_fast_16bf_rounds_operands_to_bfloat16_and_accumulates_in_float32(rng):
     assert np.abs(d - a @ b).max() > 1e-3  # the rounding happened
 
 
+def _round_to_bits(x, bits):
+    """float32 values rounded to ``bits`` significant bits, to nearest even, computed in float64 (normal numbers)."""
+    m, e = np.frexp(x.astype(np.float64))
+    return (np.round(m * 2.0 ** bits) / 2.0 ** bits * 2.0 ** e).astype(np.float32)
+
+
+def test_tf32_keeps_eleven_significant_bits_to_nearest_even(rng):
+    x = np.concatenate([rng.standard_normal(10_000).astype(np.float32) * 100,
+                        np.uint32([0x3F801000, 0x3F803000, 0x3F800FFF]).view(np.float32)])  # ties and below one
+    np.testing.assert_array_equal(nvmath.tfloat32(x), _round_to_bits(x, 11))
+    assert nvmath.tfloat32(np.float32([1 + 2 ** -11]))[0] == 1.0  # a tie goes to the even neighbour
+
+
+@pytest.mark.parametrize("compute,rounding", [("COMPUTE_32F_FAST_TF32", "tfloat32"), ("COMPUTE_32F_FAST_16F", "half")])
+def test_fast_compute_types_round_float32_operands_and_accumulate_in_float32(rng, compute, rounding):
+    a, b = rng.standard_normal((16, 300)).astype(np.float32), rng.standard_normal((300, 24)).astype(np.float32)
+    options = nvmath.MatmulOptions(compute_type=getattr(nvmath.ComputeType, compute))
+    d = nvmath.matmul(dev(a), dev(b), options=options).get()
+    ra, rb = (getattr(nvmath, rounding)(x).astype(np.float64) for x in (a, b))
+    assert d.dtype == np.float32
+    np.testing.assert_allclose(d, ra @ rb, rtol=1e-5, atol=1e-4)
+    assert np.abs(d - a.astype(np.float64) @ b).max() > 1e-4  # the rounding happened
+    if rounding == "half":
+        np.testing.assert_array_equal(nvmath.half(np.float32([1e5, 1 + 2 ** -11])), [np.inf, 1.0])
+
+
 def test_bfloat16_rounds_to_nearest_even_like_torch():
     torch = pytest.importorskip("torch", reason="torch's bfloat16 is the reference for the rounding")
     ties = np.array([0x3F808000, 0x3F818000, 0x3F80C000, 0x7F7FFFFF, 0xBF808001], dtype=np.uint32).view(np.float32)

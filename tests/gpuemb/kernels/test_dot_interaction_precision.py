@@ -63,7 +63,7 @@ def test_fp16_is_refused_on_the_cpu(rng):
 
 
 def test_an_unknown_precision_is_refused():
-    with pytest.raises(ValueError, match="precision='fp8'; use fp32, fp16 or bf16"):
+    with pytest.raises(ValueError, match="precision='fp8'; use fp32, fp16, bf16 or tf32"):
         di.DotInteraction(precision="fp8")
 
 

@@ -75,19 +75,20 @@ def test_fp16_computes_in_float16_on_copies_and_hands_back_float32(seen, rng):
         np.testing.assert_allclose(a, b, rtol=5e-2, atol=5e-2 * np.abs(b).max())
 
 
-def test_bf16_keeps_float32_arrays_and_asks_for_bf16_tensor_cores(seen, rng):
+@pytest.mark.parametrize("precision,compute", [("bf16", "COMPUTE_32F_FAST_16BF"), ("tf32", "COMPUTE_32F_FAST_TF32")])
+def test_bf16_and_tf32_keep_float32_arrays_and_ask_for_the_tensor_cores(seen, rng, precision, compute):
     x, params = stack(rng)
-    y, grads = run("bf16", x, params, rng.standard_normal((10, 1)).astype(np.float32))
-    assert {(dtype, compute) for _, dtype, compute in seen} == {("float32", "COMPUTE_32F_FAST_16BF")}
+    y, grads = run(precision, x, params, rng.standard_normal((10, 1)).astype(np.float32))
+    assert {(dtype, c) for _, dtype, c in seen} == {("float32", compute)}
     assert y.dtype == np.float32 and all(g.dtype == np.float32 for g in grads)
 
 
-@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
 def test_reduced_precision_is_refused_on_the_cpu(rng, precision):
     x, params = stack(rng)
     with pytest.raises(ValueError, match=f"{mlp.PRECISIONS[precision][1]} .*runs on a GPU only.*precision='fp32'"):
         FusedMLP(LAYERS, precision=precision).apply(x, *params)
-    with pytest.raises(ValueError, match="precision='fp8'; use one of fp32, fp16, bf16"):
+    with pytest.raises(ValueError, match="precision='fp8'; use one of fp32, fp16, bf16, tf32"):
         FusedMLP(LAYERS, precision="fp8")
 
 
