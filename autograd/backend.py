@@ -219,6 +219,22 @@ def current_stream():
     return _cupy.cuda.get_current_stream()
 
 
+def record_event():
+    """An event marking the work queued so far on the current stream, for another stream to wait on
+    (:func:`wait_event`) without the host waiting; None on the CPU, where work is already ordered."""
+    if _cupy is None:
+        return None
+    event = _cupy.cuda.Event(disable_timing=True)
+    event.record(current_stream())
+    return event
+
+
+def wait_event(event):
+    """Make the current stream's later work wait, on the device, for the work ``event`` marks; the host goes on."""
+    if event is not None:
+        current_stream().wait_event(event)
+
+
 def synchronize():
     """Wait for all GPU work of this device; nothing on the CPU."""
     if _cupy is not None:

@@ -4,7 +4,10 @@ Work runs at once, so streams and events are always done. What they keep of CUDA
 - the current device is per thread, and a new thread starts on device 0, as in the CUDA runtime;
 - a stream belongs to the device that was current when it was made, and entering it from a thread whose current
   device differs raises, as CuPy does;
-- every wait (a stream's, an event's or the device's ``synchronize``) is counted in ``transfers``.
+- every wait (a stream's, an event's or the device's ``synchronize``) is counted in ``transfers``;
+- each event knows the stream it was recorded on and when (``serial``), and each ``Stream.wait_event`` is logged in
+  ``WAITS`` as (waiting stream, the event's stream, its serial), so that tests can check which work a stream was
+  ordered after, which the real device would need and the emulation, running everything at once, cannot show.
 ``GPUEMB_EMULATED_GPUS`` sets how many devices there are (default 1).
 """
 import itertools
@@ -16,6 +19,8 @@ from .. import transfers
 
 _state = threading.local()
 _pointers = itertools.count(0x1000)
+_serials = itertools.count(1)
+WAITS = []  # (the waiting stream's ptr, the event's stream's ptr, the event's serial), in the order they were asked
 
 
 def _count():
@@ -101,7 +106,9 @@ class Stream:
         return event
 
     def wait_event(self, event):
-        pass
+        if event.stream_ptr is None:
+            raise RuntimeError("cudaErrorInvalidResourceHandle: waiting on an event that was never recorded")
+        WAITS.append((self.ptr, event.stream_ptr, event.serial))
 
     def use(self):
         self._check_device()
@@ -137,11 +144,14 @@ class Event:
     def __init__(self, block=False, disable_timing=False, interprocess=False):
         self._t = None
         self.disable_timing = disable_timing
+        self.stream_ptr, self.serial = None, None
 
     done = True
 
     def record(self, stream=None):
         self._t = time.perf_counter()
+        self.stream_ptr = (stream or get_current_stream()).ptr
+        self.serial = next(_serials)
 
     def synchronize(self):
         transfers.sync()

@@ -13,7 +13,6 @@ dropping least-used keys past it); ``host``/``ssd`` are a device ``CacheLevel`` 
 tier, with an optional host cache of ``host_cache_rows`` over an ssd home.
 """
 import dataclasses
-import threading
 from collections import deque
 
 import numpy as np
@@ -31,6 +30,7 @@ from .eviction import expired, unpinned
 from .home import HomeLevel
 from .init import initial_weights
 from .lease import Lease, hold
+from .ordered import OrderedLock
 from .mixing import unmixed
 from .row_format import RowFormat
 from .ssd_tier import SsdTier
@@ -86,7 +86,7 @@ class EmbeddingTable:
         self.levels = _levels(config, self.format, self._new_rows, owners=n_tables > 1)
         self.top, self.home = self.levels[0], self.levels[-1]
         self._prefetched = deque()  # (keys, unique keys, inverse, their tags, pinned slots) of prefetches, oldest first
-        self._lock = threading.Lock()  # held while a level's rows or bookkeeping change
+        self._lock = OrderedLock()  # held while a level's rows or bookkeeping change; orders their device work
         self._released = deque()  # slots of lookups let go without a backward, to unpin at the next lock
         self._dirty = []  # (keys, their tags or None) updated since clear_dirty()
         self.held = None  # a list while updates wait for release_updates() (a loss-scaled step), else None

@@ -301,19 +301,21 @@ class Pipeline:
             # The room is read here, after step i's lookups and before its update: with step i's rows still
             # pinned, so the decision is the same however late the worker runs (the update unpins them).
             rooms = {id(t): t.room() for c in self.collections for t in c.stores}
-            self._job = self._worker.submit(self._prefetch, sparse, rooms)
+            self._job = self._worker.submit(self._prefetch, sparse, rooms, backend.record_event())
         return submit
 
-    def _prefetch(self, sparse, rooms):
-        # The worker thread starts on GPU 0: it takes this rank's. Step i's lookups were queued on the main stream;
-        # on a GPU, wait for them before moving rows beside them.
+    def _prefetch(self, sparse, rooms, queued):
+        # The worker thread starts on GPU 0: it takes this rank's. Its side stream waits, on the device, for what the
+        # main stream had queued when the prefetch was submitted: step i's lookups, the next batch's upload, and the
+        # reads of the arrays an earlier prefetch made (whose memory CuPy may give this stream again). What it then
+        # does to a table's rows is ordered against the step's updates by the table's lock (store/ordered.py), and
+        # the next lookup waits there for it: no wait on the host, either way.
         with self._device, self._stream:
-            backend.synchronize()
+            backend.wait_event(queued)
             for collection in self.collections:
                 for store, keys, tags in collection.table_keys(sparse):
                     done = store.prefetch(keys, room=rooms[id(store)], tags=tags, copy=False)
                     self.prefetched, self.skipped = self.prefetched + done, self.skipped + (not done)
-            self._stream.synchronize()
 
     def _wait(self):
         """Wait for the prefetch in flight, raising its error here."""
