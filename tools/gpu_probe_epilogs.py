@@ -60,7 +60,8 @@ def main(argv=None):
     if backend.DEVICE == "cpu":
         ap.error("cuBLASLt needs a device: set GPUEMB_DEVICE=cuda (or emulated)")
     results = []
-    for batch, n_in, n_out in ((64, 128, 64), (4096, 512, 256)):
+    # widths whose rows are a multiple of 16 bytes, then two that are not (the models' 13 dense inputs, the tests' 130)
+    for batch, n_in, n_out in ((64, 128, 64), (4096, 512, 256), (64, 13, 64), (64, 130, 40)):
         for dtype, compute in ((np.float32, None), (np.float32, "COMPUTE_32F_FAST_16BF"),
                                (np.float32, "COMPUTE_32F_FAST_TF32"), (np.float16, None)):
             for row in probe(batch, n_in, n_out, dtype, compute):

@@ -83,7 +83,7 @@ part() {
 
 if [ $DRY -eq 1 ]; then
     export GPUEMB_DEVICE=emulated NUMBA_ENABLE_CUDASIM=1
-    STEPS=(--cases dlrm-shared dcn --batch 4 --steps 1)
+    STEPS=(--cases dlrm-shared dcn --batch 4 --steps 1 --profile 3)
     HOST=(--calls 3 --repeats 1)
     TESTS=(tests/gpuemb/kernels/test_mlp.py)
     OPS=(--quick --filter "fused MLP")
@@ -120,7 +120,7 @@ else
     fi
     "$PY" -m pip install -q --no-deps --no-build-isolation -e . >> "$REPORT" 2>&1 \
         || echo "- pip install -e . failed; the checkout is imported from its folder" | tee -a "$REPORT"
-    STEPS=(--batch 16 --steps 10)
+    STEPS=(--batch 16 --steps 10 --profile 12)
     HOST=(--calls 300 --repeats 5)
     TESTS=(tests/gpuemb/kernels tests/autograd)
     OPS=()

@@ -2,6 +2,7 @@
 first step cost (compiling the kernels, planning the matmuls), and what does a step cost the host.
 
     GPUEMB_DEVICE=cuda python3 tools/gpu_steps.py [--cases NAME ...] [--batch 16] [--steps 5] [--json FILE]
+                                                  [--profile N]
 
 At batch 16 a step's kernels take microseconds on a GPU, so its time is what the host pays to issue them:
 the figure that ``tools/count_step.py``'s counts predict (docs/perf/README.md). Each case is count_step.py's
@@ -9,10 +10,15 @@ tiny model (rows of dim 8, MLPs of width 16) on synthetic data, trained by the s
 ``tools/train.py`` (its prefetch worker on). A case that fails prints its error and the others still run; the
 exit code is the number that failed. Per case: the first step's seconds, the median milliseconds of the next
 ``--steps`` (each waited out on the device), the reads back per step that the backend counted (on a real GPU
-only its explicit ones, autograd/launches.py), and the last loss, which must be finite.
+only its explicit ones, autograd/launches.py), and the last loss, which must be finite. ``--profile N``: also
+cProfile the timed steps of each case and print the N functions with the most time of their own: where a step's
+host time goes, which the first GPU run could only estimate (docs/perf/README.md).
 """
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import math
 import statistics
 import sys
@@ -35,7 +41,7 @@ CASES = {
 }
 
 
-def run_case(case, batch, steps):
+def run_case(case, batch, steps, profile=0):
     from gpuemb.autograd import backend, launches
     from gpuemb.train.loop import Pipeline
 
@@ -47,10 +53,15 @@ def run_case(case, batch, steps):
             backend.synchronize()
             first = time.perf_counter() - start
             times, before = [], launches.COUNTS.snapshot()
+            profiler = cProfile.Profile() if profile else None
             for _ in range(steps):
                 t0 = time.perf_counter()
+                if profiler:
+                    profiler.enable()
                 loss = pipeline.step()
                 backend.synchronize()
+                if profiler:
+                    profiler.disable()
                 times.append(time.perf_counter() - t0)
             readbacks = launches.COUNTS.since(before)["readbacks"] / steps
     finally:
@@ -58,8 +69,13 @@ def run_case(case, batch, steps):
     loss = float(backend.to_host(loss)) if hasattr(loss, "shape") else float(loss)
     if not math.isfinite(loss):
         raise FloatingPointError(f"the loss is {loss}")
-    return {"about": case.about, "first_step_s": round(first, 3), "ms_per_step": round(statistics.median(times) * 1e3, 3),
-            "readbacks_per_step": readbacks, "loss": loss}
+    row = {"about": case.about, "first_step_s": round(first, 3), "ms_per_step": round(statistics.median(times) * 1e3, 3),
+           "readbacks_per_step": readbacks, "loss": loss}
+    if profiler:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(profile)
+        row["profile"] = text.getvalue()
+    return row
 
 
 def main(argv=None):
@@ -69,18 +85,22 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=16, help="samples per step (default 16)")
     ap.add_argument("--steps", type=int, default=5, help="steps timed after the first (default 5)")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="cProfile the timed steps; print the N functions with the most time of their own")
     args = ap.parse_args(argv)
-    if args.batch < 1 or args.steps < 1:
-        ap.error("--batch and --steps must be at least 1")
+    if args.batch < 1 or args.steps < 1 or args.profile < 0:
+        ap.error("--batch and --steps must be at least 1, --profile at least 0")
     from gpuemb.autograd import backend
     print(f"device: {backend.device_info()}", flush=True)
     print(f"{'case':<14}{'first step s':>14}{'ms/step':>10}{'readbacks':>11}{'loss':>9}", flush=True)
     rows, failed = {}, 0
     for name in args.cases:
         try:
-            rows[name] = r = run_case(CASES[name], args.batch, args.steps)
+            rows[name] = r = run_case(CASES[name], args.batch, args.steps, args.profile)
             print(f"{name:<14}{r['first_step_s']:>14.2f}{r['ms_per_step']:>10.2f}{r['readbacks_per_step']:>11g}"
                   f"{r['loss']:>9.4f}", flush=True)
+            if "profile" in r:
+                print(r["profile"], flush=True)
         except Exception as e:  # the report goes on to the next model, and says what broke
             failed += 1
             rows[name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}
