@@ -39,8 +39,12 @@ def test_every_store_with_and_without_the_pipeline_prints_and_writes_its_rate(tm
     assert result["rows"][2]["vs_device"] == pytest.approx(
         result["rows"][2]["samples_per_s"] / result["rows"][0]["samples_per_s"])
     assert out.stdout.count("gpuemb ") == 6 and "DLRM" not in out.stdout
-    # the floor: the step's matmuls alone, so a whole step (lookups, epilogues, interaction too) takes longer
-    assert 0 < result["gemm_floor_ms"] and all(row["vs_gemm_floor"] > 1 for row in result["rows"]), result
+    # the floor: the step's matmuls alone, each row's step time over it. No time is compared with another here: the
+    # floor and the steps are measured at different moments, and a busy machine can put either ahead (times belong
+    # in benchmarks, not tests)
+    assert 0 < result["gemm_floor_ms"], result
+    for row in result["rows"]:
+        assert row["vs_gemm_floor"] == pytest.approx(row["step_ms"] / result["gemm_floor_ms"])
     assert "GEMM floor" in out.stdout
 
 
