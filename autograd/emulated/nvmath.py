@@ -29,8 +29,11 @@ they read them as the matmul does, rounded.
 Each ``plan`` and each ``execute`` counts one call into cuBLASLt (``launches.cublaslt``): a plan queries its
 heuristics, an execute launches the matmul.
 
-Left out, with NotImplementedError: batched operands and vectors, operand C in place, the GELU epilogues,
-qualifiers, narrow precision, options that change the result type.
+Batched operands: A and B of ``[batch, M, K]`` and ``[batch, K, N]`` (both 3-D, one batch size), each matrix laid
+out as above, with no C and no epilog; D is ``[batch, M, N]``, each matrix laid out as A's are.
+
+Left out, with NotImplementedError: vectors, batches beside a 2-D operand, batched epilogs, operand C in place,
+the GELU epilogues, qualifiers, narrow precision, options that change the result type.
 """
 import dataclasses
 import enum
@@ -211,16 +214,17 @@ def _device(x, name):
 
 
 def _order(a, name):
-    """'COL' or 'ROW': how cuBLASLt reads a matrix, which needs a unit stride along one of its dimensions (a single
-    row or column may have any)."""
-    s0, s1 = (s // a.itemsize for s in a.strides)
+    """'COL' or 'ROW': how cuBLASLt reads a matrix (each matrix of a batch), which needs a unit stride along one of
+    its dimensions (a single row or column may have any)."""
+    s0, s1 = (s // a.itemsize for s in a.strides[-2:])
+    rows, cols = a.shape[-2:]
     if s0 == 1:
         return "COL"
     if s1 == 1:
         return "ROW"
-    if a.shape[0] == 1:
+    if rows == 1:
         return "COL"
-    if a.shape[1] == 1:
+    if cols == 1:
         return "ROW"
     raise ValueError(f"nvmath: unsupported layout of operand {name}: shape {a.shape}, strides {a.strides}; a matrix "
                      f"needs a unit stride along one dimension")
@@ -248,17 +252,22 @@ class Matmul:
             if x.dtype.name not in ("float16", "float32", "float64"):
                 raise ValueError(f"nvmath: the dtype of operand {name} ({x.dtype}) is not supported here (float16, "
                                  "float32, float64)")
-            if x.ndim != 2:
-                raise NotImplementedError(f"the emulated nvmath takes matrices only; operand {name} is {x.shape}")
+            if x.ndim not in (2, 3):
+                raise NotImplementedError(f"the emulated nvmath takes matrices and batches of them only; operand "
+                                          f"{name} is {x.shape}")
             if 0 in x.shape:
                 raise ValueError(f"nvmath: the extents {x.shape} of operand {name} must be strictly positive")
             _order(x, name)
         a, b = operands[:2]
         if a.dtype != b.dtype:
             raise ValueError(f"nvmath: unsupported combination of dtypes for operands A {a.dtype} and B {b.dtype}")
-        if a.shape[1] != b.shape[0]:
-            raise ValueError(f"nvmath: K={a.shape[1]} in operand A is not K={b.shape[0]} in operand B")
-        self.M, self.K, self.N = a.shape[0], a.shape[1], b.shape[1]
+        if a.shape[-1] != b.shape[-2]:
+            raise ValueError(f"nvmath: K={a.shape[-1]} in operand A is not K={b.shape[-2]} in operand B")
+        self.batch = a.shape[:-2] if a.ndim == 3 else b.shape[:-2]
+        if (a.ndim == 3 or b.ndim == 3) and (a.shape[:-2] != b.shape[:-2] or c is not None):
+            raise NotImplementedError(f"the emulated nvmath takes batches of one size in both A and B, with no C; got "
+                                      f"A {a.shape} and B {b.shape}")
+        self.M, self.K, self.N = a.shape[-2], a.shape[-1], b.shape[-1]
         if c is not None:
             if beta is None:
                 raise ValueError("nvmath: operand C needs a value for beta")
@@ -296,6 +305,8 @@ class Matmul:
         self.epilog, self.epilog_operands, self.epilog_traits = None, {}, {}
         if epilog is not None:
             epilog = MatmulEpilog(epilog)
+            if self.batch:
+                raise NotImplementedError("the emulated nvmath does not model epilogs on batched operands")
             if epilog not in EPILOGS:
                 raise NotImplementedError(f"the emulated nvmath does not model the epilog {epilog.name}")
             needs = set(EPILOGS[epilog].inputs)
@@ -396,7 +407,10 @@ class Matmul:
         aux = {}
         if self.epilog is not None:
             z = self._epilog(EPILOGS[self.epilog], z, a, b, aux)
-        d = np.empty((self.M, self.N), dtype=self.d_dtype, order="F" if self._result_order() == "COL" else "C")
+        if self._result_order() == "COL":  # each matrix column-major: the batch's transpose, made C-ordered
+            d = np.empty((*self.batch, self.N, self.M), dtype=self.d_dtype).swapaxes(-1, -2)
+        else:
+            d = np.empty((*self.batch, self.M, self.N), dtype=self.d_dtype)
         d[...] = z
         return (wrap(d), {k: wrap(v) for k, v in aux.items()}) if aux else wrap(d)
 

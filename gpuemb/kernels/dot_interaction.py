@@ -30,6 +30,7 @@ from gpuemb.autograd import Function
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
 from .chunks import chunk_size
+from .gemm import matmul
 from .mlp import PRECISIONS
 from gpuemb.autograd.launch import kernel, stream_for
 
@@ -311,13 +312,43 @@ def dot_interaction_backward(gy, bottom, emb, self_interaction=False):
     return impl(gy, bottom, emb, self_interaction)
 
 
+# -- the tensor cores: the reference's batched matmuls through cuBLASLt at a reduced compute type ------------------
+@functools.lru_cache(maxsize=None)
+def _host_pairs(n, self_interaction):
+    return _pairs(n, self_interaction)
+
+
+def dot_interaction_gemm(bottom, emb, self_interaction, pad_to, precision):
+    """``(out, Z)``: the forward as the reference writes it, Z·Zᵀ one batched matmul at ``precision`` (gemm.py)."""
+    xp = get_array_module(emb)
+    B, F, D = emb.shape
+    Z = xp.concatenate([bottom[:, None, :], emb], axis=1)
+    li, lj = (xp.asarray(a) for a in _host_pairs(F + 1, self_interaction))
+    out = xp.zeros((B, output_width(F, D, self_interaction, pad_to)), dtype=emb.dtype)
+    out[:, :D] = bottom
+    out[:, D:D + li.size] = matmul(Z, Z.transpose(0, 2, 1), precision)[:, li, lj]
+    return out, Z
+
+
+def dot_interaction_gemm_backward(gy, Z, self_interaction, precision):
+    """The gradients of ``dot_interaction_gemm``: dZ = (G + Gᵀ)·Z, one batched matmul at ``precision``."""
+    xp = get_array_module(Z)
+    B, n, D = Z.shape
+    li, lj = (xp.asarray(a) for a in _host_pairs(n, self_interaction))
+    G = xp.zeros((B, n, n), dtype=gy.dtype)
+    G[:, li, lj] = gy[:, D:D + li.size]
+    gZ = matmul(G + G.transpose(0, 2, 1), Z, precision)
+    return gy[:, :D] + gZ[:, 0], gZ[:, 1:]
+
+
 class DotInteraction(Function):
     """Autograd op: ``DotInteraction(self_interaction, pad_to, precision).apply(bottom, emb)``; gradients for both.
 
     precision "fp16" (a GPU only) runs the float16 kernels, which stage float16 tiles and sum each dot in float32,
     on float16 copies of the inputs; the output and the gradients come back in the inputs' dtype, so the op's
-    boundary stays float32 like the MLPs'. "bf16" and "tf32" compute in float32 on the CUDA cores: CuPy has no
-    bfloat16 type to hand the kernels, and they are not matmuls cuBLASLt runs (the MLPs' and the crosses' are).
+    boundary stays float32 like the MLPs'. "bf16" and "tf32" (a GPU only) run the reference's form instead: Z·Zᵀ
+    and (G + Gᵀ)·Z as batched matmuls through cuBLASLt at COMPUTE_32F_FAST_16BF or FAST_TF32, on float32 arrays
+    (``dot_interaction_gemm``): the tensor cores, at the price of a few more launches than the one kernel.
     """
 
     def __init__(self, self_interaction=False, pad_to=8, precision="fp32"):
@@ -326,9 +357,17 @@ class DotInteraction(Function):
             raise ValueError(f"DotInteraction: precision={precision!r}; use {', '.join(most)} or {last}")
         self.self_interaction, self.pad_to = bool(self_interaction), int(pad_to)
         self.half = precision == "fp16"
+        self.gemm = precision if precision in ("bf16", "tf32") else None
 
     def forward(self, bottom, emb):
         self.dtype = emb.dtype
+        if self.gemm:
+            _check(bottom, emb)
+            if not is_device_array(emb):
+                raise ValueError(f"DotInteraction: precision {self.gemm} runs on a GPU only; the CPU kernels compute "
+                                 "in the inputs' dtype, so use precision='fp32' there")
+            y, self.Z = dot_interaction_gemm(bottom, emb, self.self_interaction, self.pad_to, self.gemm)
+            return y
         if self.half:
             if not is_device_array(emb):
                 raise ValueError("DotInteraction: precision fp16 runs on a GPU only; the CPU kernels compute in "
@@ -339,6 +378,8 @@ class DotInteraction(Function):
         return y.astype(self.dtype) if self.half else y
 
     def backward(self, gy):
+        if self.gemm:
+            return dot_interaction_gemm_backward(gy, self.Z, self.self_interaction, self.gemm)
         if self.half:
             gy = get_array_module(gy).ascontiguousarray(gy.astype(np.float16))
         g_bottom, g_emb = dot_interaction_backward(gy, self.bottom, self.emb, self.self_interaction)

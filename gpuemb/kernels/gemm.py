@@ -1,4 +1,5 @@
-"""A plain matmul at a model's compute precision, for the GEMMs outside the fused MLPs (DCN-v2's cross layers).
+"""A plain matmul at a model's compute precision, for the GEMMs outside the fused MLPs (DCN-v2's cross layers, the
+dot interaction's Gram products under bf16 and tf32).
 
 ``matmul(a, b, precision)`` is ``a @ b``. On a GPU, under a reduced precision, it runs through cuBLASLt with the
 compute type that rounds float32 operands as the tensor cores read them and accumulates in float32: ``fp16`` asks
@@ -17,7 +18,8 @@ assert set(COMPUTE) == set(mlp.PRECISIONS)  # one list of precisions: the MLP's
 
 
 def matmul(a, b, precision="fp32"):
-    """``a @ b`` for 2-D float32 ``a`` and ``b``, computed at ``precision``; the result is C-contiguous."""
+    """``a @ b`` for float32 ``a`` and ``b``, 2-D or batches of one size (3-D), computed at ``precision``; the result
+    is C-contiguous."""
     compute = COMPUTE[precision]
     if compute is None:
         return a @ b

@@ -221,3 +221,18 @@ def test_options_take_a_dataclass_or_a_dict_and_check_the_compute_type():
         nvmath.MatmulOptions(compute_type=12345)
     with pytest.raises(TypeError):
         nvmath.Matmul(dev(np.ones((2, 2), np.float32)), dev(np.ones((2, 2), np.float32)), options=[1])
+
+
+def test_a_batch_of_matrices_multiplies_each_pair(rng):
+    z = rng.standard_normal((5, 7, 3)).astype(np.float32)
+    d = nvmath.matmul(dev(z), dev(z).transpose(0, 2, 1))  # each Z_b @ Z_bᵀ: B read column-major, as a view
+    np.testing.assert_allclose(d.get(), z @ z.transpose(0, 2, 1), rtol=1e-5, atol=1e-5)
+    assert d.shape == (5, 7, 7) and d.strides[-1] == 4  # each matrix laid out as A's
+    options = nvmath.MatmulOptions(compute_type=nvmath.ComputeType.COMPUTE_32F_FAST_TF32)
+    g = rng.standard_normal((5, 7, 7)).astype(np.float32)
+    d = nvmath.matmul(dev(g), dev(z), options=options).get()
+    np.testing.assert_allclose(d, nvmath.tfloat32(g).astype(np.float64) @ nvmath.tfloat32(z), rtol=1e-5, atol=1e-5)
+    with pytest.raises(NotImplementedError, match="batches of one size"):
+        nvmath.matmul(dev(z), dev(z[0].T))
+    with pytest.raises(NotImplementedError, match="epilogs on batched operands"):
+        nvmath.matmul(dev(z), dev(z).transpose(0, 2, 1), epilog=Epilog.RELU)

@@ -1,7 +1,9 @@
-"""The dot interaction under --precision fp16: float16 kernels on copies, float32 at the op's boundary.
+"""The dot interaction at a reduced precision: under fp16, float16 kernels on copies, float32 at the op's boundary;
+under bf16 and tf32, the reference's batched matmuls through cuBLASLt at the compute type.
 
-There is no GPU here, so the CUDA kernels are replaced by NumPy stand-ins (the references) that record the dtype
-they were handed; the casts around them are the code under test.
+For fp16 the CUDA kernels are replaced by NumPy stand-ins (the references) that record the dtype they were handed;
+the casts around them are the code under test. bf16 and tf32 run on the emulated device, whose nvmath rounds the
+operands as the compute type says.
 """
 import numpy as np
 import pytest
@@ -50,15 +52,42 @@ def test_fp16_runs_the_kernels_in_float16_and_hands_back_float32(seen, rng):
         assert not np.array_equal(half, full)  # it really computed in float16
 
 
-def test_bf16_computes_in_float32(seen, rng):
-    bottom, emb = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 2, 4)).astype(np.float32)
-    run("bf16", bottom, emb, rng.standard_normal((3, 8)).astype(np.float32))
-    assert {dtype for _, *dtypes in seen for dtype in dtypes} == {"float32"}
+@pytest.mark.gpu
+@pytest.mark.parametrize("self_interaction", [False, True])
+@pytest.mark.parametrize("precision,compute,tol", [("bf16", "COMPUTE_32F_FAST_16BF", 2e-2),
+                                                   ("tf32", "COMPUTE_32F_FAST_TF32", 3e-3)])
+def test_bf16_and_tf32_run_the_gram_products_on_the_tensor_cores(rng, monkeypatch, self_interaction, precision,
+                                                                   compute, tol):
+    from gpuemb.autograd.backend import library, to_device, to_host
+    from gpuemb.kernels import mlp
+    nvmath = library("nvmath.linalg.advanced")
+    asked, execute = [], nvmath.Matmul.execute
+    monkeypatch.setattr(nvmath.Matmul, "execute", lambda self, **kw: asked.append(self.compute_type.name)
+                        or execute(self, **kw))
+    monkeypatch.setattr(mlp, "PLANS", mlp.MatmulPlans())
+    B, F, D = 6, 5, 16
+    bottom, emb = rng.standard_normal((B, D)).astype(np.float32), rng.standard_normal((B, F, D)).astype(np.float32)
+    width = di.output_width(F, D, self_interaction, 8)
+    gy = rng.standard_normal((B, width)).astype(np.float32)
+    b, e = Tensor(to_device(bottom), requires_grad=True), Tensor(to_device(emb), requires_grad=True)
+    y = di.DotInteraction(self_interaction, 8, precision).apply(b, e)
+    y.backward(to_device(gy))
+    assert asked == [compute, compute]  # Z·Zᵀ forward, (G + Gᵀ)·Z backward
+    want = di.dot_interaction_ref(bottom, emb, self_interaction, 8)
+    got = to_host(y.data)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    np.testing.assert_array_equal(got[:, :D], bottom)  # the bottom passes through
+    np.testing.assert_array_equal(got[:, D + di.pair_count(F + 1, self_interaction):], 0)  # the padding
+    want_b, want_e = di.dot_interaction_backward_ref(gy, bottom, emb, self_interaction)
+    for g, w in [(got, want), (to_host(b.grad), want_b), (to_host(e.grad), want_e)]:
+        assert np.linalg.norm(g - w) / np.linalg.norm(w) < tol
+    assert not np.allclose(got, want, rtol=1e-6, atol=0)  # the operands were rounded
 
 
-def test_fp16_is_refused_on_the_cpu(rng):
-    with pytest.raises(ValueError, match="precision fp16 runs on a GPU only"):
-        run("fp16", rng.standard_normal((2, 4)).astype(np.float32),
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
+def test_reduced_precision_is_refused_on_the_cpu(rng, precision):
+    with pytest.raises(ValueError, match=f"precision {precision} runs on a GPU only"):
+        run(precision, rng.standard_normal((2, 4)).astype(np.float32),
             rng.standard_normal((2, 2, 4)).astype(np.float32), np.ones((2, 8), np.float32))
 
 
