@@ -21,6 +21,7 @@ gradient counts twice. No version builds that dense symmetric matrix except the 
 """
 import functools
 import math
+import warnings
 
 import numba
 import numpy as np
@@ -28,6 +29,7 @@ from numba import cuda
 
 from gpuemb.autograd import Function
 from gpuemb.autograd.backend import get_array_module, is_device_array
+from gpuemb.autograd.backend import real_gpu as backend_real_gpu
 
 from .chunks import chunk_size
 from .gemm import matmul
@@ -313,6 +315,9 @@ def dot_interaction_backward(gy, bottom, emb, self_interaction=False):
 
 
 # -- the tensor cores: the reference's batched matmuls through cuBLASLt at a reduced compute type ------------------
+REFUSED = {}  # precision -> why its batched matmul failed on this GPU (the kernels run instead); never on emulation
+
+
 @functools.lru_cache(maxsize=None)
 def _host_pairs(n, self_interaction):
     return _pairs(n, self_interaction)
@@ -366,8 +371,17 @@ class DotInteraction(Function):
             if not is_device_array(emb):
                 raise ValueError(f"DotInteraction: precision {self.gemm} runs on a GPU only; the CPU kernels compute "
                                  "in the inputs' dtype, so use precision='fp32' there")
-            y, self.Z = dot_interaction_gemm(bottom, emb, self.self_interaction, self.pad_to, self.gemm)
-            return y
+            if self.gemm not in REFUSED:
+                try:
+                    y, self.Z = dot_interaction_gemm(bottom, emb, self.self_interaction, self.pad_to, self.gemm)
+                    return y
+                except Exception as e:  # cuBLASLt or nvmath refusing the batched layout: the kernels still run
+                    if not backend_real_gpu():
+                        raise
+                    REFUSED[self.gemm] = f"{type(e).__name__}: {e}"
+                    warnings.warn(f"DotInteraction: the batched {self.gemm} matmul failed ({REFUSED[self.gemm]}); "
+                                  "the interaction computes in float32 on the CUDA cores from here on")
+            self.gemm = None
         if self.half:
             if not is_device_array(emb):
                 raise ValueError("DotInteraction: precision fp16 runs on a GPU only; the CPU kernels compute in "

@@ -84,6 +84,22 @@ def test_bf16_and_tf32_run_the_gram_products_on_the_tensor_cores(rng, monkeypatc
     assert not np.allclose(got, want, rtol=1e-6, atol=0)  # the operands were rounded
 
 
+@pytest.mark.gpu
+def test_a_gpu_that_refuses_the_batched_matmul_runs_the_kernels_and_says_so(rng, monkeypatch):
+    from gpuemb.autograd.backend import to_device, to_host
+
+    def refuse(*args):
+        raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED")
+    monkeypatch.setattr(di, "matmul", refuse)
+    monkeypatch.setattr(di, "backend_real_gpu", lambda: True)  # the emulated device raises instead: it must not hide
+    monkeypatch.setattr(di, "REFUSED", {})
+    bottom, emb = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 2, 4)).astype(np.float32)
+    with pytest.warns(UserWarning, match="batched tf32 matmul failed .*CUBLAS_STATUS_NOT_SUPPORTED.*float32"):
+        y = di.DotInteraction(False, 8, "tf32").apply(Tensor(to_device(bottom)), Tensor(to_device(emb)))
+    np.testing.assert_allclose(to_host(y.data), di.dot_interaction_ref(bottom, emb), rtol=1e-5, atol=1e-5)
+    assert "tf32" in di.REFUSED
+
+
 @pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
 def test_reduced_precision_is_refused_on_the_cpu(rng, precision):
     with pytest.raises(ValueError, match=f"precision {precision} runs on a GPU only"):
