@@ -13,6 +13,7 @@ It prints rows per split, rows/s and the bad lines it skipped (the first few as 
 gives no good rows at all is an error (exit 1), as is any other bad input: one line says what and where.
 """
 import argparse
+import math
 import sys
 import warnings
 
@@ -54,7 +55,33 @@ def parse_args(argv):
     syn.add_argument("--preset", choices=sorted(PRESETS), default="small")
     syn.add_argument("--rows", type=int, default=1_000_000)
     syn.add_argument("--test-rows", type=int, default=100_000)
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    problem = bad_flags(args)
+    if problem:
+        ap.error(problem)
+    return args
+
+
+def bad_flags(args):
+    """What is wrong with the flags, as one line naming them, or None. The library checks the same (WriteOptions,
+    ConvertOptions, the caps against the columns), but in its own words; these are the user's."""
+    if args.chunk_rows < 1:
+        return f"--chunk-rows {args.chunk_rows}: give a positive number of rows per chunk"
+    if args.rows_per_shard < 1 or args.rows_per_shard % args.chunk_rows:
+        return (f"--rows-per-shard {args.rows_per_shard}: a shard holds whole chunks, so give a positive multiple of "
+                f"--chunk-rows ({args.chunk_rows})")
+    if not all(math.isfinite(r) and r >= 0 for r in args.split) or not math.isclose(sum(args.split), 1.0):
+        return (f"--split {' '.join(map(str, args.split))}: give three ratios >= 0 (train, val, test) that sum to 1, "
+                "such as 0.9 0.05 0.05")
+    if any(c < 0 for c in args.cap):
+        return f"--cap {' '.join(map(str, args.cap))}: a cap is a row count >= 0 (0: no cap)"
+    if args.freq_threshold < 0:
+        return f"--freq-threshold {args.freq_threshold}: give a count >= 0 (0 keeps every id)"
+    if args.max_bag is not None and args.max_bag < 0:
+        return f"--max-bag {args.max_bag}: give the most ids a bag keeps, >= 0 (leave it out for no cap)"
+    if args.format == "synthetic" and (args.rows < 1 or args.test_rows < 0):
+        return f"--rows {args.rows} --test-rows {args.test_rows}: give at least one training row, and test rows >= 0"
+    return None
 
 
 def schema_of(args):
@@ -94,6 +121,9 @@ def main(argv=None):
     except DataError as e:
         print(f"convert.py: {e}", file=sys.stderr)
         return 1
+    except ValueError as e:  # what only the data can show wrong in the flags: --cap's count against the columns
+        print(f"convert.py: {e}", file=sys.stderr)
+        return 2
     print(report)
     for bad in report.parse.first_bad:
         print(f"  skipped {bad}")
