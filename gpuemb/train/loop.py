@@ -308,17 +308,21 @@ class Pipeline:
         # The worker thread starts on GPU 0: it takes this rank's. Its side stream waits, on the device, for what the
         # main stream had queued when the prefetch was submitted: step i's lookups, the next batch's upload, and the
         # reads of the arrays an earlier prefetch made (whose memory CuPy may give this stream again). What it then
-        # does to a table's rows is ordered against the step's updates by the table's lock (store/ordered.py), and
-        # the next lookup waits there for it: no wait on the host, either way.
+        # does to a table's rows is ordered against the step's updates by the table's lock (store/ordered.py). It
+        # returns an event after all its work, which the main stream waits for (``_wait``): the next forward reads
+        # the keys it mixed (``collection.table_keys``) even where a table's prefetch stopped before its lock
+        # (no room, or admission). No wait on the host, either way.
         with self._device, self._stream:
             backend.wait_event(queued)
             for collection in self.collections:
                 for store, keys, tags in collection.table_keys(sparse):
                     done = store.prefetch(keys, room=rooms[id(store)], tags=tags, copy=False)
                     self.prefetched, self.skipped = self.prefetched + done, self.skipped + (not done)
+            return backend.record_event()
 
     def _wait(self):
-        """Wait for the prefetch in flight, raising its error here."""
+        """Wait for the prefetch in flight, raising its error here; the main stream's later work waits, on the
+        device, for everything it queued."""
         job, self._job = self._job, None
         if job is not None:
-            job.result()
+            backend.wait_event(job.result())

@@ -95,3 +95,20 @@ def test_the_pipeline_orders_each_prefetch_after_the_main_stream_and_never_waits
     assert sum(1 for w, s, _ in waits if w == side and s == 0) >= 3  # each prefetch: after the main stream's work
     assert any(w == 0 and s == side for w, s, _ in waits)  # a lookup: after a prefetch
     assert not [name for name in syncs if name != "MainThread"]  # the worker never waits on the host
+
+
+@pytest.mark.gpu
+def test_the_next_step_waits_for_the_prefetch_even_where_no_table_took_its_lock(waits, monkeypatch):
+    # A table's prefetch may stop before its lock (no room, or admission), after the worker mixed the keys that the
+    # next forward reads: the main stream must still wait for the worker's stream.
+    from gpuemb.store.table import EmbeddingTable
+    from gpuemb.train import TrainConfig, train
+    monkeypatch.setattr(EmbeddingTable, "prefetch", lambda self, keys, room=None, tags=None, copy=True: False)
+    config = TrainConfig.from_dict({"model_args": {"top": [8], "bottom": [8]}, "embedding_dim": 8, "batch_size": 8,
+                                    "train_rows": 64, "eval_rows": 16, "steps": 5, "eval_every": 100,
+                                    "progress": False, "seed": 1})
+    train(config)
+    sides = {w for w, _, _ in waits if w != 0}
+    assert len(sides) == 1
+    side = sides.pop()
+    assert sum(1 for w, s, _ in waits if w == 0 and s == side) >= 3  # one a prefetch, none under a table's lock
