@@ -319,8 +319,13 @@ REFUSED = {}  # precision -> why its batched matmul failed on this GPU (the kern
 
 
 @functools.lru_cache(maxsize=None)
-def _host_pairs(n, self_interaction):
-    return _pairs(n, self_interaction)
+def _device_pairs(xp, device, n, self_interaction):
+    """The pairs' (rows, columns) on ``device``, uploaded once: each step's forward and backward index with them."""
+    return tuple(xp.asarray(a) for a in _pairs(n, self_interaction))
+
+
+def _pairs_on(xp, n, self_interaction):
+    return _device_pairs(xp, xp.cuda.Device().id, n, self_interaction)
 
 
 def dot_interaction_gemm(bottom, emb, self_interaction, pad_to, precision):
@@ -328,7 +333,7 @@ def dot_interaction_gemm(bottom, emb, self_interaction, pad_to, precision):
     xp = get_array_module(emb)
     B, F, D = emb.shape
     Z = xp.concatenate([bottom[:, None, :], emb], axis=1)
-    li, lj = (xp.asarray(a) for a in _host_pairs(F + 1, self_interaction))
+    li, lj = _pairs_on(xp, F + 1, self_interaction)
     out = xp.zeros((B, output_width(F, D, self_interaction, pad_to)), dtype=emb.dtype)
     out[:, :D] = bottom
     out[:, D:D + li.size] = matmul(Z, Z.transpose(0, 2, 1), precision)[:, li, lj]
@@ -339,7 +344,7 @@ def dot_interaction_gemm_backward(gy, Z, self_interaction, precision):
     """The gradients of ``dot_interaction_gemm``: dZ = (G + Gᵀ)·Z, one batched matmul at ``precision``."""
     xp = get_array_module(Z)
     B, n, D = Z.shape
-    li, lj = (xp.asarray(a) for a in _host_pairs(n, self_interaction))
+    li, lj = _pairs_on(xp, n, self_interaction)
     G = xp.zeros((B, n, n), dtype=gy.dtype)
     G[:, li, lj] = gy[:, D:D + li.size]
     gZ = matmul(G + G.transpose(0, 2, 1), Z, precision)

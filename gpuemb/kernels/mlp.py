@@ -122,7 +122,8 @@ class MatmulPlans:
     batch size it sees.
 
     cuBLASLt supports each epilog for some dtypes, layouts and sizes only, and says so only when planning (the H200
-    of docs/perf/README.md refused BGRADB for every MLP there). A refused problem raises :class:`EpilogRefused`,
+    of docs/perf/README.md refused BGRADB for some of the MLPs' problems, those whose rows were not a multiple of
+    16 bytes). A refused problem raises :class:`EpilogRefused`,
     which the caller answers with a plain matmul and a kernel of its own, and is kept in ``refused`` so that it is
     never planned again."""
 
