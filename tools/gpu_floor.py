@@ -83,10 +83,12 @@ def main(argv=None):
         ap.error(f"--cap {args.cap}: a table needs at least one row")
     bc = CONFIGS[args.config] if args.cap is None else replace(CONFIGS[args.config], cap=args.cap)
     bandwidth, flop_rate = ceilings(backend.xp, args.quick)
-    out = {"config": args.config, "batch_size": args.batch_size, "cap": bc.cap, "device": backend.device_info()["device"],
+    out = {"config": args.config, "batch_size": args.batch_size, "cap": bc.cap,
+           "device": backend.device_info()["device"],
            "bandwidth_GB/s": bandwidth / 1e9, "matmul_GFLOP/s": flop_rate / 1e9,
            **floor(bc, args.batch_size, unique_rows(bc, args.batch_size), bandwidth, flop_rate, args.optimizer)}
-    print(f"{args.config} (tables capped at {bc.cap:,} rows) at batch {args.batch_size} on {out['device']}: copy {bandwidth / 1e9:.1f} GB/s, float32 "
+    print(f"{args.config} (tables capped at {bc.cap:,} rows) at batch {args.batch_size} on {out['device']}: "
+          f"copy {bandwidth / 1e9:.1f} GB/s, float32 "
           f"matmul {flop_rate / 1e12:.2f} TFLOP/s")
     print(f"  rows: {out['unique_rows']:,} unique, {out['row_bytes'] / 1e6:.1f} MB read and written: "
           f"{out['memory_ms']:.2f} ms")

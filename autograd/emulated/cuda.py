@@ -10,6 +10,7 @@ Work runs at once, so streams and events are always done. What they keep of CUDA
   ordered after, which the real device would need and the emulation, running everything at once, cannot show.
 ``GPUEMB_EMULATED_GPUS`` sets how many devices there are (default 1).
 """
+import collections
 import itertools
 import os
 import threading
@@ -20,7 +21,8 @@ from .. import transfers
 _state = threading.local()
 _pointers = itertools.count(0x1000)
 _serials = itertools.count(1)
-WAITS = []  # (the waiting stream's ptr, the event's stream's ptr, the event's serial), in the order they were asked
+WAITS = collections.deque(maxlen=100_000)  # (waiting stream's ptr, event's stream's ptr, event's serial), in order;
+# bounded, so a long emulated run does not grow it without end
 
 
 def _count():

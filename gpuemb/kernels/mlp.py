@@ -138,7 +138,8 @@ class MatmulPlans:
         # A plan is fixed to the key: the epilog and compute type are set when planning, and reset_operands takes
         # only operands and epilog inputs of the dtype, shape and strides planned. alpha (the dropout scale) is
         # reset on every call instead. The thread: a Matmul holds its operands from reset_operands to execute.
-        problem = (epilog, compute, _traits(a), _traits(b), *((name, *_traits(x)) for name, x in sorted(inputs.items())))
+        problem = (epilog, compute, _traits(a), _traits(b),
+                   *((name, *_traits(x)) for name, x in sorted(inputs.items())))
         if problem in self.refused:
             raise EpilogRefused(f"cuBLASLt refused the epilog {epilog} for {problem[2:]}")
         key = (threading.get_ident(), *problem)

@@ -59,7 +59,8 @@ def test_a_bad_flag_is_one_line_and_exit_2(convert, tmp_path, capsys, case):
 def test_synthetic_rows_must_be_positive(convert, tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         convert.main(["synthetic", "--rows", "0", "--out", str(tmp_path / "out")])
-    assert stop.value.code == 2 and "--rows 0 --test-rows 100000: give at least one training row" in capsys.readouterr().err
+    assert stop.value.code == 2
+    assert "--rows 0 --test-rows 100000: give at least one training row" in capsys.readouterr().err
 
 
 def test_a_cap_count_that_fits_no_column_count_is_one_line_and_exit_2(convert, tmp_path, capsys):

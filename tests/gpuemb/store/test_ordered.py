@@ -53,12 +53,12 @@ def test_each_stream_waits_once_for_the_last_work_of_the_other(waits):
     first = last_event(lock, main)
     with side, lock:
         pass
-    assert waits == [(side.ptr, main.ptr, first)]
+    assert list(waits) == [(side.ptr, main.ptr, first)]
     with lock:
         pass
     with lock:  # the same side event: waited on once
         pass
-    assert waits == [(side.ptr, main.ptr, first), (main.ptr, side.ptr, last_event(lock, side))]
+    assert list(waits) == [(side.ptr, main.ptr, first), (main.ptr, side.ptr, last_event(lock, side))]
 
 
 @pytest.mark.gpu
