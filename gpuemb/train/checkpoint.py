@@ -9,8 +9,10 @@ A checkpoint is a folder ``<checkpoint-dir>/step-<N>`` of these files:
 - the tables' rows (``gpuemb.store.snapshot``; CRC32 per chunk): in a world of one, where the tables are whole,
   ``embeddings.h5``, one snapshot of every table; on W ranks, each rank's shard files
   ``<collection>.rank<r>-of-<W>.h5`` (``gpuemb.distributed.save_sharded``), and the manifest says ``sharded``;
-- ``manifest.json``: the step, the config (by sections; flat in checkpoints written before the config had
-  sections), and each file's size (and ``state.h5``'s CRC32), with a CRC32 of the manifest itself.
+- ``manifest.json``: the step, the checkpoint's token (the random hex of its temporary folder, also in the meta of
+  every table file), the config (by sections; flat in checkpoints written before the config had sections), and
+  each file's size and CRC32, with a CRC32 of the manifest itself. Checkpoints written before every file had its
+  CRC32 kept only ``state.h5``'s, and still load.
 
 One writer serves every world size: rank 0 makes a temporary folder beside the target, every rank writes its
 tables' files into it, then rank 0 the state and the manifest, fsyncs, renames the folder into place, and only
@@ -19,9 +21,11 @@ rank raises and the folder is removed; a write that fails (a full disk) is one C
 folder and the file. A run killed at any moment leaves ``latest`` naming a complete checkpoint, and leftovers that
 the next run clears (``checkpoint_dir``).
 A checkpoint loads into any world size: whole tables or shards, each rank takes the keys its plan gives it. Loading
-checks the manifest, the sizes and checksums of all the files and the type of every attribute before it changes
-anything, and raises :class:`CheckpointError` naming the file that is wrong. A resume from a checkpoint dir that
-finds its newest checkpoint incomplete or corrupt says so and takes the newest one before it that checks out.
+checks the manifest, the size and whole-file CRC32 of every file before h5py parses it, that each table file
+holds the step and token of this manifest (a file of another checkpoint copied in is refused, however whole), and
+the type of every attribute, before it changes anything; it raises :class:`CheckpointError` naming the file that is
+wrong. A resume from a checkpoint dir that finds its newest checkpoint incomplete or corrupt says so and takes the
+newest one before it that checks out.
 """
 import errno
 import json
@@ -39,7 +43,7 @@ from gpuemb.distributed import ShardedEmbeddingCollection, load_sharded, load_sh
     shard_path
 from gpuemb.store.collection import EmbeddingCollection
 from gpuemb.autograd.plain import plain
-from gpuemb.store.snapshot import SnapshotError, fsync, save_snapshot
+from gpuemb.store.snapshot import SnapshotError, fsync, read_snapshot, save_snapshot
 from gpuemb.store.snapshot.format import parse_json
 from gpuemb.io.h5output import H5Output
 
@@ -115,9 +119,9 @@ def folder_names(directory, step, token):
     return name, os.path.join(directory, name), os.path.join(directory, f".{name}.tmp-{token}")
 
 
-def file_entry(path, crc=False):
-    """What the manifest records of a file: its size, and its CRC32 where ``crc``."""
-    return {"bytes": os.path.getsize(path), **({"crc32": _crc32(path)} if crc else {})}
+def file_entry(path):
+    """What the manifest records of a file: its size and CRC32."""
+    return {"bytes": os.path.getsize(path), "crc32": _crc32(path)}
 
 
 def write_manifest(tmp, step, config, files, **extra):
@@ -156,14 +160,14 @@ def save_checkpoint(directory, step, config, state, model, cluster, keep=2, data
     name, final, tmp = cluster.new_folder(directory, step, folder_names)
     try:
         try:
-            files, sharded = _write_tables(model, tmp, step, cluster)
+            token = tmp.rsplit("-", 1)[1]  # folder_names' last part: the same on every rank
+            files, sharded = _write_tables(model, tmp, {"step": step, "checkpoint": token}, cluster)
             error = None
             if cluster.lead:
                 try:
                     write_state(os.path.join(tmp, STATE), state)
-                    entries = {STATE: file_entry(os.path.join(tmp, STATE), crc=True)}
-                    entries.update({f: file_entry(os.path.join(tmp, f)) for f in files})
-                    extra = {"sharded": sharded} if sharded else {}
+                    entries = {f: file_entry(os.path.join(tmp, f)) for f in (STATE, *files)}
+                    extra = {"checkpoint": token, **({"sharded": sharded} if sharded else {})}
                     if data is not None:
                         extra["data_shape"] = {"n_dense": data.n_dense, "sparse_names": list(data.sparse_names),
                                                "label_names": list(data.label_names)}
@@ -197,17 +201,18 @@ def _not_written(directory, step, e):
     return f"--checkpoint-dir {directory}: the checkpoint of step {step} could not be written ({e}); {kept}; {do}"
 
 
-def _write_tables(model, tmp, step, cluster):
-    """Write this rank's tables into ``tmp``: ``(every rank's file names, the manifest's "sharded" or None)``."""
+def _write_tables(model, tmp, meta, cluster):
+    """Write this rank's tables into ``tmp``, with ``meta`` (the step and token) in each file: ``(every rank's file
+    names, the manifest's "sharded" or None)``."""
     sharded = collections_of(model, ShardedEmbeddingCollection)
     if not sharded:  # whole tables, one process
         tables = embedding_tables(model)
         save_snapshot({n: FiniteRows(n, t) for n, t in tables.items()}, os.path.join(tmp, EMBEDDINGS),
-                      meta={"step": step})
+                      meta=meta)
         return [EMBEDDINGS], None
     W = cluster.world_size
     for n, collection in sharded:  # each raises on every rank if any rank failed
-        save_sharded(collection, os.path.join(tmp, n), meta={"step": step}, wrap=FiniteRows)
+        save_sharded(collection, os.path.join(tmp, n), meta=meta, wrap=FiniteRows)
     files = [os.path.basename(shard_path(n, r, W)) for n, _ in sharded for r in range(W)]
     return files, {"world_size": W, "collections": [n for n, _ in sharded]}
 
@@ -316,7 +321,28 @@ def read_manifest(folder):
         if "crc32" in want and _crc32(file) != want["crc32"]:
             raise CheckpointError(f"{file}: its CRC32 does not match the manifest's; the checkpoint is corrupt, "
                                   "resume from another one")
+    for name in body["files"]:
+        if name != STATE:
+            _check_origin(os.path.join(folder, name), body)
     return body
+
+
+def _check_origin(path, body):
+    """CheckpointError unless the table file at ``path`` was written with this manifest: its meta's step and token
+    (checkpoints from before the token have the step only) are the manifest's. Its bytes were checked first."""
+    if "checkpoint" in body and type(body["checkpoint"]) is not str:
+        raise CheckpointError(f"{os.path.join(os.path.dirname(path), MANIFEST)}: its 'checkpoint' is "
+                              f"{body['checkpoint']!r}, not a token; the manifest was not written by gpuemb, resume "
+                              "from another checkpoint")
+    try:
+        meta = read_snapshot(path, verify=False).meta
+    except SnapshotError as e:
+        raise CheckpointError(f"{e}; resume from another checkpoint") from None
+    keys = ("step", "checkpoint") if "checkpoint" in body else ("step",)
+    if any(meta.get(k) != body[k] for k in keys):
+        said = lambda d: ", ".join(f"{k} {d.get(k)!r}" for k in keys)  # noqa: E731
+        raise CheckpointError(f"{path}: holds the tables of {said(meta)}, but its manifest is of {said(body)}; a "
+                              "file of another checkpoint was copied in, resume from another one")
 
 
 def check_config(body, config, folder):

@@ -115,11 +115,13 @@ def test_a_corrupt_checkpoint_is_named_and_not_loaded(tmp_path, saved, damage, m
     assert message in str(e.value)
 
 
-def test_a_corrupt_embedding_chunk_is_caught_by_the_snapshot_checksums(tmp_path, saved):
+def test_a_corrupt_embedding_chunk_is_caught_before_it_is_parsed_and_the_resume_falls_back(tmp_path, saved, capfd):
     with h5py.File(saved / "step-000000004" / "embeddings.h5", "r+") as f:  # same size, other bytes
         f["tables/embeddings/rows"][0, 0] += 1
-    with pytest.raises(CheckpointError, match="embeddings.h5.*checksum"):
-        resume(tmp_path)
+    assert resume(tmp_path).endswith("step-000000002")
+    assert "step-000000004/embeddings.h5: its CRC32 does not match the manifest's" in capfd.readouterr().err
+    with pytest.raises(CheckpointError, match="embeddings.h5: its CRC32 does not match"):
+        resume(tmp_path, saved / "step-000000004")
 
 
 def test_latest_naming_a_missing_checkpoint_falls_back_and_an_empty_dir_is_an_error(tmp_path, saved, capfd):

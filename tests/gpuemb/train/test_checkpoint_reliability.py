@@ -2,6 +2,7 @@
 folder, a resume that falls back past a broken checkpoint, and attributes of the wrong type named, not raised."""
 import json
 import os
+import shutil
 
 import h5py
 import numpy as np
@@ -84,6 +85,7 @@ def flip_byte(path):
 
 @pytest.mark.parametrize("damage", [
     lambda d: flip_byte(d / "state.h5"),
+    lambda d: flip_byte(d / "embeddings.h5"),
     lambda d: os.remove(d / "embeddings.h5"),
     lambda d: (d / "manifest.json").write_text("{"),
     lambda d: os.remove(d / "manifest.json")])
@@ -105,13 +107,30 @@ def test_resume_fails_in_one_line_when_no_checkpoint_checks_out(tmp_path, saved)
         resume(tmp_path)
 
 
+def test_a_table_file_of_another_checkpoint_is_refused_even_with_a_manifest_that_vouches_for_it(tmp_path, saved,
+                                                                                                capfd):
+    new, old = saved / "step-000000004", saved / "step-000000002"
+    shutil.copyfile(old / "embeddings.h5", new / "embeddings.h5")  # the previous checkpoint's rows, whole
+    assert resume(tmp_path) == str(old)  # its CRC32 is not the manifest's
+    assert "embeddings.h5: its CRC32 does not match" in capfd.readouterr().err
+    doc = json.loads((new / "manifest.json").read_text())  # re-signed for the copied file: its meta still tells
+    doc["body"]["files"]["embeddings.h5"] = ckpt.file_entry(new / "embeddings.h5")
+    doc["crc32"] = ckpt._body_crc(doc["body"])
+    (new / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(CheckpointError, match=r"embeddings.h5: holds the tables of step 2, checkpoint '[0-9a-f]{8}', "
+                                              r"but its manifest is of step 4, checkpoint '[0-9a-f]{8}'; a file of "
+                                              "another checkpoint was copied in"):
+        resume(tmp_path, new)
+    assert resume(tmp_path) == str(old)
+
+
 def rewrite(folder, **attrs):
     """``state.h5`` with ``attrs`` set, and a manifest whose sizes and CRC32 match: hostile, not corrupt."""
     with h5py.File(folder / "state.h5", "r+") as f:
         for k, v in attrs.items():
             f.attrs[k] = v
     doc = json.loads((folder / "manifest.json").read_text())
-    doc["body"]["files"]["state.h5"] = ckpt.file_entry(folder / "state.h5", crc=True)
+    doc["body"]["files"]["state.h5"] = ckpt.file_entry(folder / "state.h5")
     doc["crc32"] = ckpt._body_crc(doc["body"])
     (folder / "manifest.json").write_text(json.dumps(doc))
 
