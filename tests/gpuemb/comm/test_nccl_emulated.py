@@ -20,20 +20,20 @@ def every_rank_ok(rc, output, n):
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 3])
 def test_the_binding_matches_numpy_on_every_rank(n, rng, mpiexec):
-    rc, output, _ = mpiexec(n, "nccl_calls.py", rng.integers(1 << 30), **EMULATED)
+    rc, output = mpiexec(n, "nccl_calls.py", rng.integers(1 << 30), **EMULATED)
     every_rank_ok(rc, output, n)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 3])
 def test_every_collective_of_the_backend_matches_numpy(n, rng, mpiexec):
-    rc, output, _ = mpiexec(n, "collectives.py", rng.integers(1 << 30), "nccl", **EMULATED)
+    rc, output = mpiexec(n, "collectives.py", rng.integers(1 << 30), "nccl", **EMULATED)
     every_rank_ok(rc, output, n)
 
 
 @pytest.mark.slow
 def test_every_collective_gives_what_the_mpi_backend_gives(rng, mpiexec):
-    rc, output, _ = mpiexec(2, "nccl_vs_mpi.py", rng.integers(1 << 30), **EMULATED)
+    rc, output = mpiexec(2, "nccl_vs_mpi.py", rng.integers(1 << 30), **EMULATED)
     every_rank_ok(rc, output, 2)
 
 
