@@ -9,7 +9,14 @@ the cores with the other's spinning threads. Compare settings by environment, e.
     OPENBLAS_THREAD_TIMEOUT=28 python tools/bench_blas_spin.py     # OpenBLAS's default
     GOMP_SPINCOUNT=1000 python tools/bench_blas_spin.py
 """
+import os
+import sys
 import time
+
+if __name__ == "__main__":  # before the heavy imports, so that an error or a Ctrl-C while they load is one line
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runpy.run_path leaves tools/ off the path
+    import _entry
+    _entry.guard()
 
 import gpuemb  # noqa: F401  first, so that its OpenBLAS setting holds when NumPy loads (gpuemb/host_tuning.py)
 import numba
@@ -49,4 +56,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    _entry.run(main)

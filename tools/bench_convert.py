@@ -10,8 +10,14 @@ import argparse
 import gzip
 import os
 import shutil
+import sys
 import tempfile
 import time
+
+if __name__ == "__main__":  # before the heavy imports, so that an error or a Ctrl-C while they load is one line
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runpy.run_path leaves tools/ off the path
+    import _entry
+    _entry.guard()
 
 import numba
 import numpy as np
@@ -99,4 +105,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    _entry.run(main)

@@ -18,6 +18,11 @@ import statistics
 import sys
 import time
 
+if __name__ == "__main__":  # before the heavy imports, so that an error or a Ctrl-C while they load is one line
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runpy.run_path leaves tools/ off the path
+    import _entry
+    _entry.guard()
+
 from gpuemb.autograd import backend
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -127,4 +132,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _entry.run(main)

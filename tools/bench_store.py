@@ -23,10 +23,16 @@ Absolute rates hold only on a quiet machine; compare the ratios within one run.
 import argparse
 import dataclasses
 import json
+import os
 import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
+
+if __name__ == "__main__":  # before the heavy imports, so that an error or a Ctrl-C while they load is one line
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runpy.run_path leaves tools/ off the path
+    import _entry
+    _entry.guard()
 
 import numpy as np
 
@@ -179,4 +185,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _entry.run(main)

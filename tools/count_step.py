@@ -25,6 +25,11 @@ import time
 import warnings
 from dataclasses import dataclass, field, replace
 
+if __name__ == "__main__":  # before the heavy imports, so that an error or a Ctrl-C while they load is one line
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runpy.run_path leaves tools/ off the path
+    import _entry
+    _entry.guard()
+
 DIM, CACHE_ROWS = 8, 64
 DLRM = {"model": "dlrm", "model_args": {"bottom": [16], "top": [16]}}
 DCN = {"model": "dcn", "model_args": {"bottom": [16, DIM], "n_cross": 2, "rank": 4, "deep": [16]}}
@@ -162,4 +167,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _entry.run(main)

@@ -20,6 +20,11 @@ import os
 import sys
 from dataclasses import replace
 
+if __name__ == "__main__":  # before the heavy imports, so that an error or a Ctrl-C while they load is one line
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runpy.run_path leaves tools/ off the path
+    import _entry
+    _entry.guard()
+
 import numpy as np
 
 from bench_ops import ceilings
@@ -109,4 +114,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _entry.run(main)

@@ -22,10 +22,16 @@ emulation's, not a GPU's.
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
+
+if __name__ == "__main__":  # before the heavy imports, so that an error or a Ctrl-C while they load is one line
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runpy.run_path leaves tools/ off the path
+    import _entry
+    _entry.guard()
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -161,4 +167,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    _entry.run(main)

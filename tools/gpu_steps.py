@@ -18,6 +18,7 @@ import argparse
 import cProfile
 import io
 import json
+import os
 import pstats
 import math
 import statistics
@@ -25,6 +26,11 @@ import sys
 import time
 import traceback
 from pathlib import Path
+
+if __name__ == "__main__":  # before the heavy imports, so that an error or a Ctrl-C while they load is one line
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runpy.run_path leaves tools/ off the path
+    import _entry
+    _entry.guard()
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -116,4 +122,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _entry.run(main)

@@ -17,6 +17,11 @@ import sys
 # Planning is arithmetic: it must also run on a login node without a GPU, whatever GPUEMB_DEVICE says.
 os.environ["GPUEMB_DEVICE"] = "cpu"
 
+if __name__ == "__main__":  # before the heavy imports, so that an error or a Ctrl-C while they load is one line
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runpy.run_path leaves tools/ off the path
+    import _entry
+    _entry.guard()
+
 from gpuemb.sharding.cost import CODEC_BYTES  # noqa: E402
 from gpuemb.sharding.planner import PlanError, plan_tables  # noqa: E402
 from gpuemb.sharding.presets import PRESETS, preset_tables  # noqa: E402
@@ -105,4 +110,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _entry.run(main)

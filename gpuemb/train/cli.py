@@ -200,10 +200,10 @@ def main(argv=None, description=None, comm=None):
             # collective for the whole timeout, so end them now
             comm.abort("stopped by the error above")
         return 1
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; --resume continues from the last checkpoint, if one was written",
-              file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM, which tools/_entry.py raises as a KeyboardInterrupt
+        print(f"{PROG}: {str(e) or 'interrupted'}{where}; --resume continues from the last checkpoint, if one was "
+              "written", file=sys.stderr)
+        return getattr(e, "exit_code", 130)
     if lead:
         print(summary_line(summary))
     return 0

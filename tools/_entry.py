@@ -1,0 +1,92 @@
+"""How every tool ends: one line on stderr and an exit code, never a traceback (README, "bad input gets one line").
+
+A tool starts with ``guard()``, before its heavy imports, so that a Ctrl-C or a missing extra while they load is
+one line too, and its ``__main__`` block is ``run(main)``. What reaches the top:
+
+- a Ctrl-C (KeyboardInterrupt): "interrupted", exit 130;
+- SIGTERM (Slurm, Kubernetes, systemd): raised in the main thread as :class:`Terminated`, a KeyboardInterrupt, so
+  it unwinds as a Ctrl-C does (temporary folders removed, the last checkpoint kept), then exit 143;
+- a missing optional package: the extra that brings it, exit 2;
+- MemoryError, and any other error: its line, exit 1; ``GPUEMB_TRACEBACK=1`` prints the traceback instead.
+
+A tool catches the errors it knows itself (a bad flag exits 2 with its own line); this is the floor beneath them.
+"""
+import os
+import signal
+import sys
+import traceback
+
+# a missing top-level module -> the extra of pyproject.toml that brings it
+EXTRAS = {"onnx": "serve", "pyarrow": "parquet", "matplotlib": "plot", "mpi4py": "mpi", "cupy": "gpu",
+          "nvmath": "gpu", "torch": "test", "hypothesis": "test", "onnxruntime": "test"}
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread where the tool is; ``exit_code`` is the shell's 128 + 15."""
+
+    exit_code = 128 + signal.SIGTERM
+
+    def __str__(self):
+        return "terminated (SIGTERM)"
+
+
+def _terminate(signum, frame):
+    # a second SIGTERM while the first unwinds ends the process at once, as it would without this handler
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise Terminated()
+
+
+def prog():
+    return os.path.basename(sys.argv[0]) or "tool"
+
+
+def line_of(error):
+    """``(line, exit code)`` that report ``error`` when it reaches the top of a tool."""
+    if isinstance(error, KeyboardInterrupt):
+        return f"{prog()}: {str(error) or 'interrupted'}", getattr(error, "exit_code", 130)
+    if isinstance(error, ModuleNotFoundError) and error.name:
+        top = error.name.split(".")[0]
+        how = f"pip install -e '.[{EXTRAS[top]}]'" if top in EXTRAS else f"pip install {top}, or pip install -e ."
+        return f"{prog()}: error: this needs {top}, which is not installed; {how}", 2
+    if isinstance(error, MemoryError):
+        return (f"{prog()}: error: out of memory ({error or 'no size given'}); ask for less (smaller sizes, fewer "
+                "rows or a smaller batch), or run where more memory is free"), 1
+    where = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
+    at = f" at {os.path.basename(where.filename)}:{where.lineno}" if where else ""
+    return (f"{prog()}: error: {type(error).__name__}{at}: {error}; this is a bug unless the line says otherwise: "
+            "report it with the traceback that GPUEMB_TRACEBACK=1 prints"), 1
+
+
+def _report(error):
+    """Print ``error``'s line (or, with GPUEMB_TRACEBACK=1, its traceback); returns the exit code."""
+    text, code = line_of(error)
+    sys.stdout.flush()
+    if os.environ.get("GPUEMB_TRACEBACK") == "1":
+        traceback.print_exception(error)
+    print(text, file=sys.stderr, flush=True)
+    return code
+
+
+def _uncaught(kind, error, tb):
+    # an error while the tool's imports load, before run(): Python would exit 1, or re-raise SIGINT for a Ctrl-C,
+    # after its hook; the exit code is this module's, and nothing has been opened that needs closing
+    os._exit(_report(error))
+
+
+def guard():
+    """Install the policy: uncaught errors as one line, SIGTERM as :class:`Terminated`. Call it from the tool's
+    ``if __name__ == "__main__":`` before the heavy imports (never on import, which would change a test's
+    process)."""
+    sys.excepthook = _uncaught
+    signal.signal(signal.SIGTERM, _terminate)
+
+
+def run(main):
+    """Exit with ``main()``'s code (None is 0), or with the line and code of the error it raised."""
+    try:
+        code = main()
+    except SystemExit:
+        raise
+    except BaseException as e:
+        code = _report(e)
+    sys.exit(code)
