@@ -1,21 +1,22 @@
 """One Arrow column of a record batch into what a Batch holds, with a reason code for each row it cannot take.
 
 The Parquet reader's counterpart of :mod:`gpuemb.io.textparse`, and bound to give the same numbers: text is
-parsed by the text reader's own numba functions (``parse_number``, ``fnv1a``, ``hex_value``, ``int_value``), an
-int column's value is hashed as the ``int`` kind hashes its digits, and the codes are textparse's, plus two that
-only typed columns meet. Nothing here raises on a bad value: the reader reports the rows whose code is not OK.
+parsed by the text reader's own numba functions (``parse_number``, ``fnv1a``, ``hex_value``, ``int64_token``), an
+int column's value is hashed as the ``int`` kind hashes its digits (so a uint64 past int64's range is bad, as its
+digits would be), labels pass textparse's ``label_code``, and the codes are textparse's, plus two that only typed
+columns meet. Nothing here raises on a bad value: the reader reports the rows whose code is not OK.
 """
 import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuemb.io.hashing import KIND_HEX, KIND_INT, KINDS, MISSING, fnv1a, hex_value, int_value, missing_id, \
-    mix_array, mix_salted, slot_salt
+from gpuemb.io.hashing import KIND_HEX, KIND_INT, KINDS, MISSING, fnv1a, hex_value, missing_id, mix_array, \
+    mix_salted, slot_salt
 from gpuemb.io.textparse import BAD_HEX, BAD_INT, BAD_LABEL, BAD_NUMBER, BAD_RANGE, F32_MAX, OK, REASONS, \
-    parse_number
+    int64_token, label_code, parse_number
 
-NULL_LABEL, LONG_BAG = 7, 8
+NULL_LABEL, LONG_BAG = max(REASONS) + 1, max(REASONS) + 2
 REASONS = {**REASONS, NULL_LABEL: "label is null", LONG_BAG: "more keys than max_bag"}
 _EMPTY, _BAD = 1, 2  # what _text_numbers says of a value besides OK
 
@@ -45,11 +46,18 @@ def _text_ids(data, offsets, kind, salt, out, reason):
             v, ok = hex_value(data, a, b)
             reason[i] = OK if ok else BAD_HEX
         elif kind == KIND_INT:
-            v, ok = int_value(data, a, b)
+            v, ok = int64_token(data, a, b)
             reason[i] = OK if ok else BAD_INT
         else:
             v = fnv1a(data, a, b)
         out[i] = mix_salted(v, salt)
+
+
+@numba.njit(nogil=True, cache=True)
+def _label_codes(values, soft, out):
+    """``label_code`` of each of ``values`` into ``out``: the text reader's rule, not a second copy of it."""
+    for i in range(values.size):
+        out[i] = label_code(values[i], soft)
 
 
 def _decoded(arr):
@@ -86,14 +94,17 @@ def _numbers(arr):
     return values, np.isnan(values), np.zeros(len(arr), bool)
 
 
-def label_values(arr):
-    """(float32 labels, reason codes): a null label, one that is not a number, or one past float32's range is
-    bad, as a text label would be."""
+def label_values(arr, soft=False):
+    """(float32 labels, reason codes): a null label, one that is not a number, or one other than 0 or 1 (with
+    ``soft``, outside [0, 1]) is bad, as a text label would be."""
     values, missing, bad = _numbers(arr)
-    reason = np.where(bad | missing, BAD_LABEL, np.where(np.abs(values) > F32_MAX, BAD_RANGE, OK))
+    reason = np.zeros(len(values), np.int8)
+    _label_codes(values, soft, reason)
+    reason[np.abs(values) > F32_MAX] = BAD_RANGE
+    reason[bad | missing] = BAD_LABEL
     reason[_nulls(arr)] = NULL_LABEL
     values[reason != OK] = 0.0  # the row is dropped; zero rather than a value float32 cannot hold
-    return values.astype(np.float32), reason.astype(np.int8)
+    return values.astype(np.float32), reason
 
 
 def dense_values(arr, log1p):
@@ -117,10 +128,12 @@ def token_ids(arr, slot, kind):
     ids, reason = np.empty(len(arr), np.int64), np.zeros(len(arr), np.int8)
     if _is_text(arr):
         _text_ids(*_text_buffers(arr), KINDS.index(kind), salt, ids, reason)
-    else:  # int_value reads "-5" as the two's complement, as uint64 reads int64's bits
+    else:  # int64_token reads "-5" as the two's complement, as uint64 reads int64's bits
         wide = pa.uint64() if pa.types.is_unsigned_integer(arr.type) else pa.int64()
         values = pc.fill_null(pc.cast(arr, wide), 0).to_numpy(zero_copy_only=False).view(np.uint64)
         ids = mix_array(values, slot)
+        if wide == pa.uint64():  # past int64's range: its digits would be a bad int token too
+            reason[values >= np.uint64(1 << 63)] = BAD_INT
     ids[_nulls(arr)] = missing_id(slot)
     return ids, reason
 

@@ -1,7 +1,8 @@
 """The Avazu CTR competition's CSV: a header, ``id``, ``click`` (the label), ``hour`` and 21 categorical columns.
 
-``id`` is a per-row 64-bit id, and some ids do not fit in an int64. It is ignored by default, since it never
-repeats; ``keep_id=True`` keeps it as a categorical column of kind ``int``, parsed exactly as uint64.
+``id`` is a per-row 64-bit id, and many ids do not fit in an int64. It is ignored by default, since it
+never repeats; ``keep_id=True`` keeps it as a categorical column hashed from its digits (kind ``str``): kind
+``int`` takes int64's tokens only, so it would make those lines bad.
 """
 from gpuemb.io.reader import ReadOptions, TextReader
 from gpuemb.io.schema import Schema
@@ -16,7 +17,7 @@ def avazu_schema(keep_id=False):
     categorical = [n for n in NAMES if n not in ("id", "click")]
     if keep_id:
         categorical.insert(0, "id")
-    return Schema.from_roles(NAMES, ["click"], (), categorical, kind={"id": "int"}, header=True)
+    return Schema.from_roles(NAMES, ["click"], (), categorical, header=True)
 
 
 def read_avazu(paths, keep_id=False, options=ReadOptions()):

@@ -5,10 +5,11 @@ the good rows of each record batch, reading one row group at a time (``ParquetFi
 only the columns the schema reads, ``batch_rows`` rows at a time), so a file is never read whole. List columns
 become the batch's :class:`~gpuemb.io.bags.Bags`; how each type is read is in :mod:`gpuemb.io.arrow_columns`.
 
-A bad row (a null or non-numeric label, a bag over ``max_bag`` keys, text that its column cannot read) is skipped
-and counted in ``reader.report``, the first few warned about as ``file: row group G, row R (file row F)``, all
-counted from 0 as pyarrow counts (``ParquetFile.read_row_group(G)``, then row R of it); with ``strict=True`` the
-first raises :class:`~gpuemb.io.errors.BadLineError`. A file that is not Parquet, is truncated, or lacks a column
+A bad row (a label that is null, not a number, or not 0 or 1 (see ``ReadOptions.soft_labels``), a bag over
+``max_bag`` keys, text that its column cannot read, an integer outside int64's range) is skipped and counted in
+``reader.report``, the first few warned about as ``file: row group G, row R (file row F)``, all counted from 0
+as pyarrow counts (``ParquetFile.read_row_group(G)``, then row R of it); with ``strict=True`` the first raises
+:class:`~gpuemb.io.errors.BadLineError`. A file that is not Parquet, is truncated, or lacks a column
 of the schema (or has it with a type that does not fit) is one DataError naming the file.
 """
 import os
@@ -42,7 +43,8 @@ class BadRow:
 class ParquetReader:
     """Iterate over the good rows of the Parquet files ``paths`` as Batches, one per record batch of at most
     ``batch_rows`` rows; ``report`` counts what was skipped (pass one to share it, as the converter does).
-    ``options``: the text reader's ReadOptions (dense_log1p, strict, max_reported; block_bytes is not used)."""
+    ``options``: the text reader's ReadOptions (dense_log1p, soft_labels, strict, max_reported; block_bytes is not
+    used)."""
 
     def __init__(self, paths, schema, options=ReadOptions(), report=None, max_bag=None, batch_rows=1 << 16):
         self.paths = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
@@ -106,7 +108,7 @@ class ParquetReader:
         for k, (column, slot, part) in enumerate(self.plan):
             arr = records.column(column.name)
             if column.role == "label":
-                label[:, slot], codes = label_values(arr)
+                label[:, slot], codes = label_values(arr, self.options.soft_labels)
             elif column.role == "dense":
                 dense[:, slot], codes = dense_values(arr, self.options.dense_log1p)
             elif column.hotness == JAGGED:

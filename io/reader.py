@@ -1,8 +1,9 @@
 """Streaming reader of delimited text files (plain or gzip) with a :class:`~gpuemb.io.schema.Schema`.
 
 A file is read in blocks of whole lines (``block_bytes`` at a time), never whole, and each block is parsed by
-:func:`gpuemb.io.textparse.parse_block` into a :class:`~gpuemb.io.batch.Batch` of its good rows. Bad lines are
-skipped and counted in ``reader.report`` (a :class:`~gpuemb.io.errors.ParseReport`), the first few warned about
+:func:`gpuemb.io.textparse.parse_block` into a :class:`~gpuemb.io.batch.Batch` of its good rows. Bad lines (a
+wrong field count, a field its column cannot read, a label other than 0 or 1: see ``ReadOptions``) are skipped
+and counted in ``reader.report`` (a :class:`~gpuemb.io.errors.ParseReport`), the first few warned about
 as file:line with the reason; with ``strict=True`` the first one raises :class:`~gpuemb.io.errors.BadLineError`.
 """
 import gzip
@@ -22,11 +23,14 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """How text is read: block size, the dense transform, and what a bad line does."""
+    """How text is read: block size, the dense transform, which labels are good, and what a bad line does."""
     block_bytes: int = 8 << 20
     dense_log1p: bool = True  # dense = log1p(max(x, 0)); False keeps x as it is
     strict: bool = False
     max_reported: int = 10
+    # A label is a click, 0 or 1: anything else is a bad line, as the log loss would train on it without a word.
+    # True takes soft labels (a click rate, a teacher's score): any value in [0, 1].
+    soft_labels: bool = False
 
     def validate(self):
         if self.block_bytes < 1024:
@@ -153,7 +157,7 @@ class TextReader:
         reason = np.zeros(n, np.int8)
         where = np.empty((n, 3), np.int64)
         parse_block(buf, starts, ends, p.delim, p.roles, p.kinds, p.slots, p.pos_tok, p.pos_off,
-                    self.options.dense_log1p, label, dense, sparse, reason, where)
+                    self.options.dense_log1p, self.options.soft_labels, label, dense, sparse, reason, where)
         bad = np.flatnonzero(reason)
         if bad.size:
             self._report(block, bad, reason, where, path, line0)

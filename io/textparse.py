@@ -11,10 +11,13 @@ import numpy as np
 from gpuemb.io.hashing import KIND_HEX, KIND_INT, MISSING, fnv1a, hex_value, int_value, mix_salted, slot_salt
 
 ROLE_CODES = {"ignore": 0, "label": 1, "dense": 2, "categorical": 3}
-OK, BAD_FIELDS, BAD_NUMBER, BAD_HEX, BAD_INT, BAD_LABEL, BAD_RANGE = range(7)
+OK, BAD_FIELDS, BAD_NUMBER, BAD_HEX, BAD_INT, BAD_LABEL, BAD_RANGE, NOT_BINARY, NOT_SOFT = range(9)
 REASONS = {BAD_FIELDS: "wrong field count", BAD_NUMBER: "dense value is not a number", BAD_HEX: "bad hex token",
-           BAD_INT: "bad integer token", BAD_LABEL: "label is not a number",
-           BAD_RANGE: "number is out of float32 range (|x| > 3.4e38)"}
+           BAD_INT: "bad integer token (kind int takes int64s, -2**63 to 2**63-1; read others as kind str)",
+           BAD_LABEL: "label is not a number", BAD_RANGE: "number is out of float32 range (|x| > 3.4e38)",
+           NOT_BINARY: "label is not 0 or 1 (soft labels in [0, 1] need soft_labels=True)",
+           NOT_SOFT: "label is outside [0, 1]"}
+_INT64_MIN = np.uint64(1 << 63)  # -2**63 as int_value gives it: the first value with the sign bit
 _POW10 = np.array([10.0 ** k for k in range(23)])
 # Values are stored as float32: a larger one would be inf, which the model cannot learn from.
 F32_MAX = float(np.finfo(np.float32).max)
@@ -83,6 +86,25 @@ def parse_number(buf, a, b):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
+def int64_token(buf, a, b):
+    """(value, ok) of the decimal integer ``buf[a:b]``, its int64 bits as uint64; not ok outside int64's range.
+
+    ``int_value`` reads every token from -(2**64-1) to 2**64-1 into uint64, negatives wrapped, so tokens meet: "-1"
+    and "18446744073709551615" would be one id, "-18446744073709551615" and "1" another. Here a token's sign must
+    be its value's, which leaves exactly int64's tokens."""
+    v, ok = int_value(buf, a, b)
+    return v, ok and (v == 0 or (v >= _INT64_MIN) == (buf[a] == 45))
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def label_code(v, soft):
+    """OK for a label the log loss can learn from: 0 or 1, or with ``soft`` any value in [0, 1] (never NaN)."""
+    if soft:
+        return OK if 0.0 <= v <= 1.0 else NOT_SOFT
+    return OK if v == 0.0 or v == 1.0 else NOT_BINARY
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def _equals(buf, a, b, tok, t0, t1):
     if b - a != t1 - t0:
         return False
@@ -93,15 +115,15 @@ def _equals(buf, a, b, tok, t0, t1):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _field(buf, a, b, i, role, kind, slot, salt, pos_tok, pos_off, log1p, label, dense, sparse):
+def _field(buf, a, b, i, role, kind, slot, salt, pos_tok, pos_off, log1p, soft, label, dense, sparse):
     """Parse field ``buf[a:b]`` of line ``i`` into its output; return a reason code (OK when it parsed)."""
     if role == 1:
-        if pos_off[slot, 1] >= 0:
+        if pos_off[slot, 1] >= 0:  # a positive token: the label is 0 or 1 by construction
             label[i, slot] = 1.0 if _equals(buf, a, b, pos_tok, pos_off[slot, 0], pos_off[slot, 1]) else 0.0
             return OK
         v, ok = parse_number(buf, a, b)
         label[i, slot] = v
-        return BAD_LABEL if not ok else OK if abs(v) <= F32_MAX else BAD_RANGE
+        return BAD_LABEL if not ok else BAD_RANGE if not abs(v) <= F32_MAX else label_code(v, soft)
     if role == 2:
         if a == b:
             dense[i, slot] = 0.0
@@ -122,7 +144,7 @@ def _field(buf, a, b, i, role, kind, slot, salt, pos_tok, pos_off, log1p, label,
             if not ok:
                 return BAD_HEX
         elif kind == KIND_INT:
-            v, ok = int_value(buf, a, b)
+            v, ok = int64_token(buf, a, b)
             if not ok:
                 return BAD_INT
         else:
@@ -132,13 +154,14 @@ def _field(buf, a, b, i, role, kind, slot, salt, pos_tok, pos_off, log1p, label,
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
-def parse_block(buf, starts, ends, delim, roles, kinds, slots, pos_tok, pos_off, log1p,
+def parse_block(buf, starts, ends, delim, roles, kinds, slots, pos_tok, pos_off, log1p, soft,
                 label, dense, sparse, reason, where):
     """Parse lines ``buf[starts[i]:ends[i]]`` into row i of label/dense/sparse.
 
     Per field f: ``roles[f]`` (ROLE_CODES), ``kinds[f]`` (hashing's KIND_*), ``slots[f]`` (its column in the output
     of its role). A label slot t whose ``pos_off[t, 1] >= 0`` is 1.0 where the field equals
-    ``pos_tok[pos_off[t, 0]:pos_off[t, 1]]``, else it is parsed as a number.
+    ``pos_tok[pos_off[t, 0]:pos_off[t, 1]]``, else it is parsed as a number, which must be 0 or 1 (with ``soft``,
+    in [0, 1]). ``log1p``: dense values become ``log1p(max(x, 0))``.
 
     ``reason[i]`` (zeros on entry) gets a code (OK for a good line). Only for a bad line, ``where[i]`` gets the
     offending field's index and byte range, or for a wrong field count the count found. A trailing carriage return is dropped.
@@ -157,7 +180,7 @@ def parse_block(buf, starts, ends, delim, roles, kinds, slots, pos_tok, pos_off,
             while b < e and buf[b] != delim:
                 b += 1
             if f < nf and reason[i] == OK:
-                r = _field(buf, a, b, i, roles[f], kinds[f], slots[f], salts[f], pos_tok, pos_off, log1p,
+                r = _field(buf, a, b, i, roles[f], kinds[f], slots[f], salts[f], pos_tok, pos_off, log1p, soft,
                            label, dense, sparse)
                 if r != OK:
                     reason[i] = r

@@ -12,6 +12,7 @@ from gpuemb.io.convert import convert
 from gpuemb.io.criteo import criteo_schema, read_criteo
 from gpuemb.io.csv_reader import read_csv
 from gpuemb.io.errors import BadLineError, BadLineWarning, DataError, SchemaError, ShardError
+from gpuemb.io.hashing import token_id
 from gpuemb.io.reader import ReadOptions, TextReader
 from gpuemb.io.shard_attrs import record_crcs
 from gpuemb.io.shards import ShardSource, open_shard
@@ -73,12 +74,23 @@ def test_strict_raises_on_the_first_bad_line_with_file_line_and_reason(data, dam
     assert why in str(err.value) and err.value.bad.line == line
 
 
-def test_avazu_id_past_uint64_is_a_bad_integer(data, damaged):
-    line = sample_line(data, 3, "avazu_sample.csv")
-    path = damaged("avazu_sample.csv", {3: with_field(line, 0, "123456789012345678901", ",")})
-    reader = read_avazu(path, keep_id=True)
-    with pytest.warns(BadLineWarning, match=":3: field 1 \\(id\\): bad integer token"):
-        assert Batch.concat(list(reader)).rows == 99
+@pytest.mark.parametrize("token", [str(-2 ** 63 - 1), str(2 ** 63), str(2 ** 64 - 1), str(-2 ** 64 + 1),
+                                   "123456789012345678901"])
+def test_an_int_token_outside_int64_is_a_bad_field(tmp_path, token):
+    """Tokens past int64 once wrapped onto others' ids ("-18446744073709551615" read as "1"); int64's own edges
+    stay good and read as hashing.token_id reads them."""
+    rng = np.random.default_rng(len(token))
+    ids = [str(i) for i in rng.integers(-2 ** 63, 2 ** 63 - 1, 40, endpoint=True)] + [str(-2 ** 63), str(2 ** 63 - 1)]
+    labels = rng.integers(0, 2, len(ids) + 1)
+    lines = [f"{y},{i}" for y, i in zip(labels, ids[:7] + [token] + ids[7:])]
+    path = tmp_path / "ints.csv"
+    path.write_text("label,id\n" + "\n".join(lines) + "\n")
+    reader = read_csv(path, ["label"], categorical=["id"], kind="int")
+    with pytest.warns(BadLineWarning, match=f":9: field 2 \\(id\\): bad integer token .*int64.*{token}"):
+        b = Batch.concat(list(reader))
+    assert reader.report.bad == 1
+    np.testing.assert_array_equal(b.sparse[:, 0], [token_id(i, 0, "int") for i in ids])
+    np.testing.assert_array_equal(b.label, np.delete(labels, 7))
 
 
 def test_empty_missing_and_header_only_files_give_clear_errors(tmp_path, data):

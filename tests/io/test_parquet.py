@@ -17,6 +17,7 @@ from gpuemb.io.formats import FORMATS, reader_for, schema_for  # noqa: E402
 from gpuemb.io.hashing import token_id  # noqa: E402
 from gpuemb.io.parquet import ParquetReader  # noqa: E402
 from gpuemb.io.reader import ReadOptions, TextReader  # noqa: E402
+from gpuemb.io.textparse import BAD_INT, REASONS  # noqa: E402
 
 # The categorical columns in file order, which is the schema's (their hashing slot is the index here), and how
 # each is hashed.
@@ -153,13 +154,13 @@ def test_null_lists_are_empty_bags_and_null_elements_are_skipped(tmp_path):
 
 
 def test_numbers_in_text_columns_parse_as_the_text_reader_parses_them(tmp_path):
-    label = ["1", "0.5", "", None, "x", "1e400", "1", "1", "0"]
+    label = ["1", "1e0", "", None, "x", "1e400", "1", "1", "0"]
     dense = ["2", "", "9", "9", "9", "9", "abc", None, "1e40"]
     path = write(tmp_path / "x.parquet", {"y": label, "d": dense}, {"y": pa.string(), "d": pa.large_string()})
     reader = ParquetReader(path, schema_for("parquet", [path], label=["y"], dense=["d"]),
                            ReadOptions(dense_log1p=False, max_reported=0))
     batch = read_all(reader)
-    np.testing.assert_array_equal(batch.label, [1, 0.5, 1])
+    np.testing.assert_array_equal(batch.label, [1, 1, 1])
     np.testing.assert_array_equal(batch.dense[:, 0], [2, 0, 0])  # an empty string and a null are missing
     assert reader.report.reasons == {"label is not a number": 2, "label is null": 1,
                                      "number is out of float32 range (|x| > 3.4e38)": 2,
@@ -187,9 +188,31 @@ def test_bad_rows_are_skipped_and_named_by_file_row_group_and_row(tmp_path):
         f"{path}: row group 0, row 2 (file row 2): column 'tags': a bag of 5 keys, more than max_bag=4; raise the "
         "cap (--max-bag), or truncate the bag when the data is made",
         f"{path}: row group 1, row 1 (file row 5): column 'y': label is null",
-        f"{path}: row group 2, row 2 (file row 10): column 'code': bad integer token: '12x'"]
+        f"{path}: row group 2, row 2 (file row 10): column 'code': bad integer token (kind int takes int64s, -2**63 to "
+        "2**63-1; read others as kind str): '12x'"]
     assert len(warned) == 3
     assert "12x" in reader.report.summary() or "row group 0, row 2" in reader.report.summary()
+
+
+def test_an_integer_outside_int64_is_a_bad_row_as_its_digits_are_in_a_csv(tmp_path, rng):
+    """A uint64 column's values past 2**63-1, and a text column's int tokens past int64, are bad rows: as uint64
+    bits, 2**64-1 would be the id of -1."""
+    n = 40
+    u = [int(v) for v in rng.integers(0, 2 ** 63 - 1, n, endpoint=True)]
+    u[3], u[10], u[20] = 2 ** 63 - 1, 2 ** 63, 2 ** 64 - 1
+    t = [str(v) for v in rng.integers(-2 ** 63, 2 ** 63 - 1, n, endpoint=True)]
+    t[5], t[30] = str(-2 ** 63), str(-2 ** 63 - 1)
+    y = [int(v) for v in rng.integers(0, 2, n)]
+    path = write(tmp_path / "x.parquet", {"y": y, "u": u, "t": t}, {"y": pa.int8(), "u": pa.uint64(),
+                                                                    "t": pa.string()}, row_group_size=16)
+    reader = ParquetReader(path, schema_for("parquet", [path], label=["y"], categorical=["u", "t"], kind="int"),
+                           ReadOptions(max_reported=0))
+    batch = read_all(reader)
+    keep = np.delete(np.arange(n), [10, 20, 30])
+    assert reader.report.reasons == {REASONS[BAD_INT]: 3}
+    np.testing.assert_array_equal(batch.sparse, [[token_id(str(u[i]), 0, "int"), token_id(t[i], 1, "int")]
+                                                 for i in keep])
+    np.testing.assert_array_equal(batch.label, np.array(y)[keep])
 
 
 def test_without_a_cap_a_long_bag_is_kept(tmp_path):
@@ -254,7 +277,7 @@ def test_a_damaged_row_group_is_one_line_naming_it(tmp_path):
     data[start:start + 4096] = rng.integers(0, 256, 4096, dtype=np.uint8).tobytes()
     path.write_bytes(bytes(data))
     with pytest.raises(DataError) as e:
-        read_all(ParquetReader(path, schema))
+        read_all(ParquetReader(path, schema, ReadOptions(soft_labels=True)))  # its labels are random in [0, 1)
     assert "row group 1 cannot be read" in _one_line_error(e, path)
 
 
@@ -274,7 +297,7 @@ def test_a_flipped_bit_in_a_page_with_a_checksum_fails_its_row_group(tmp_path):
     path.write_bytes(bytes(data))
     assert pq.ParquetFile(path).read().num_rows == 4000  # unchecked, it reads, one value wrong
     with pytest.raises(DataError) as e:
-        read_all(ParquetReader(path, schema))
+        read_all(ParquetReader(path, schema, ReadOptions(soft_labels=True)))  # its labels are random in [0, 1)
     assert "row group 1 cannot be read" in _one_line_error(e, path) and "CRC" in str(e.value)
 
 
