@@ -68,9 +68,12 @@ def _report(error):
 
 
 def _uncaught(kind, error, tb):
-    # an error while the tool's imports load, before run(): Python would exit 1, or re-raise SIGINT for a Ctrl-C,
-    # after its hook; the exit code is this module's, and nothing has been opened that needs closing
-    os._exit(_report(error))
+    # every error but a Ctrl-C reaches this hook, so that a hook installed on top of it (the MPI backend's, which
+    # then aborts the other ranks) still sees it. Python exits 1 after it, and re-raises SIGINT after a Ctrl-C
+    # while the imports load: another code is this module's to give, with all unwound and nothing left to close
+    code = _report(error)
+    if code != 1:
+        os._exit(code)
 
 
 def guard():
@@ -82,11 +85,10 @@ def guard():
 
 
 def run(main):
-    """Exit with ``main()``'s code (None is 0), or with the line and code of the error it raised."""
+    """Exit with ``main()``'s code (None is 0), or after a Ctrl-C or SIGTERM with its line and code; any other
+    error goes on to the hook ``guard`` installed."""
     try:
         code = main()
-    except SystemExit:
-        raise
-    except BaseException as e:
+    except KeyboardInterrupt as e:
         code = _report(e)
     sys.exit(code)

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from .errors import ResumeError, TrainError
+from .errors import ConfigError, ResumeError, TrainError
 
 TIMING = ("samples_per_s", "eval_s")
 
@@ -37,9 +37,14 @@ class MetricsLog:
             except ValueError as e:
                 raise ResumeError(f"--metrics-out {e}; move the file away or pass another --metrics-out") from None
             self.records = _up_to_checkpoint(records, resume_step)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in self.records)
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with open(path, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in self.records)
+        except OSError as e:  # a folder, a path under a file, a read-only or full disk: before the first step
+            why = "a file stands where its folder would be" if isinstance(e, FileExistsError) else e.strerror or e
+            raise ConfigError(f"--metrics-out {path}: cannot be written ({why}); pass a file in a folder this user "
+                              "can write") from None
 
     def write(self, record):
         self.records.append(record)

@@ -127,7 +127,14 @@ class Run:
         # A resume may change the learning rates, but a table is restored into the config it was saved with;
         # the trainer sets the tables' lr at every step anyway.
         saved_lr = self.checkpoint[1]["embedding_lr"] if self.checkpoint else config.optimization.embedding_lr
-        self.model = build_model(config, self.data, ssd_dir, saved_lr)
+        try:
+            self.model = build_model(config, self.data, ssd_dir, saved_lr)
+        except MemoryError as e:  # numpy's and CuPy's say the size they could not have
+            c = config.model
+            dims = f"--embedding-dim {c.embedding_dim}" + (", --table-dim" if c.table_dims else "")
+            raise ConfigError(f"the model does not fit in memory: building it ran out ({e or 'no size given'}); "
+                              f"lower {dims} or the layers' widths (--model-arg), or put the tables' rows on the "
+                              "host or SSD (--store host, --store ssd)") from None
         self.cluster.shard(self.model, batch)
         self.tables = embedding_tables(self.model)
         self.optimizer = build_optimizer(config, self.model, self.total_steps)
