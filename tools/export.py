@@ -8,6 +8,7 @@ Then ``gpuemb.serve.Predictor("bundle").predict(dense, sparse)``.
 """
 import argparse
 import os
+import re
 import sys
 
 if __name__ == "__main__":  # before the heavy imports, so that an error or a Ctrl-C while they load is one line
@@ -26,17 +27,27 @@ def parse(argv):
     return p.parse_args(argv)
 
 
+def as_export(message):
+    """A checkpoint error in export.py's words: the reading side of a resume says ``--resume``, a flag of
+    tools/train.py; here the checkpoint is the first argument."""
+    return re.sub(r"^--resume:? ", "", message).replace("resume from", "export from")
+
+
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)  # argparse exits 2 with one line on a bad flag
     from gpuemb.serve.bundle import write_bundle
     from gpuemb.serve.checkpoint import load_model
+    from gpuemb.serve.manifest import is_bundle
     from gpuemb.train.checkpoint import find_resume
     from gpuemb.train.errors import TrainError
     try:
+        if is_bundle(args.checkpoint):  # its manifest is not a checkpoint's, which would read as a corrupt one
+            raise ValueError(f"{args.checkpoint} is an inference bundle, not a checkpoint; give the step-* folder "
+                             "or the --checkpoint-dir that tools/train.py wrote")
         folder, _ = find_resume(args.checkpoint)
         body = write_bundle(load_model(folder), args.out, args.rows)
     except (TrainError, ValueError, OSError) as e:
-        print(f"export.py: error: {e}", file=sys.stderr)
+        print(f"export.py: error: {as_export(str(e))}", file=sys.stderr)
         return 1
     size = sum(f["bytes"] for f in body["files"].values())
     print(f"export.py: {folder} -> {os.path.abspath(args.out)} ({body['model']}, {args.rows} rows, "

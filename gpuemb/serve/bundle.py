@@ -12,6 +12,7 @@ import dataclasses
 import os
 import shutil
 import uuid
+from contextlib import contextmanager
 
 import h5py
 import numpy as np
@@ -23,6 +24,7 @@ from gpuemb.models import MODELS
 
 from gpuemb.store.snapshot import fsync
 
+from .errors import BundleError
 from .manifest import MANIFEST, ONNX_FILE, TABLES_FILE, write_manifest
 from .onnx_graph import OPSET
 from .onnx_models import export_onnx
@@ -69,11 +71,13 @@ def write_bundle(model, out, rows="fp32"):
         raise ValueError(f"export: {out} is not an empty folder or a bundle to replace; give a new folder, so "
                          "that nothing there is overwritten")
     tmp = f"{out}.tmp-{uuid.uuid4().hex[:8]}"
-    os.makedirs(tmp)
+    with _writing(out, ""):
+        os.makedirs(tmp)
     try:
-        body = _write(model, kind, tmp, rows)
-        fsync(tmp)
-        _replace(tmp, out)
+        body = _write(model, kind, tmp, rows, out)
+        with _writing(out, ""):
+            fsync(tmp)
+            _replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -91,13 +95,25 @@ def _replace(tmp, out):
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _write(model, kind, out, rows):
-    onnx.save(export_onnx(model), os.path.join(out, ONNX_FILE))
+@contextmanager
+def _writing(out, name):
+    """An OSError (a full disk, a read-only folder) while file ``name`` of the bundle at ``out`` is written: one
+    BundleError naming it, as the bundle will be named, not the temporary folder it is written in."""
+    try:
+        yield
+    except OSError as e:
+        raise BundleError(f"{os.path.join(out, name)}: cannot be written ({e.strerror or e}); free space on that "
+                          "disk, or give an --out on another one (a bundle there before is as it was)") from None
+
+
+def _write(model, kind, tmp, rows, out):
+    with _writing(out, ONNX_FILE):
+        onnx.save(export_onnx(model), os.path.join(tmp, ONNX_FILE))
     collections = {"embeddings": _collection(model, "embeddings", "embeddings")}
     if model.first_order:
         collections["linear_embeddings"] = _collection(model, "linear_embeddings", "first_order")
     tables = {}
-    with h5py.File(os.path.join(out, TABLES_FILE), "w") as f:
+    with _writing(out, TABLES_FILE), h5py.File(os.path.join(tmp, TABLES_FILE), "w") as f:
         for attr in collections:
             for t in getattr(model, attr).tables:
                 keys, weights = table_weights(t)
@@ -111,5 +127,6 @@ def _write(model, kind, out, rows):
             "n_features": model.embeddings.n_features, "dim": model.embeddings.dim, "n_tasks": model.n_tasks,
             "rows": rows, "onnx": ONNX_FILE, "opset": OPSET, "tables_file": TABLES_FILE,
             "outputs": ["logits", "probabilities"], "collections": collections, "tables": tables}
-    return write_manifest(out, plain(body, "the bundle's manifest"))
+    with _writing(out, MANIFEST):
+        return write_manifest(tmp, plain(body, "the bundle's manifest"))
 

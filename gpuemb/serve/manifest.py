@@ -36,6 +36,11 @@ def write_manifest(folder, body):
     return body
 
 
+def is_bundle(folder):
+    """Whether ``folder`` looks like a bundle (its manifest and graph are there), to tell it from a checkpoint."""
+    return all(os.path.isfile(os.path.join(os.fspath(folder), n)) for n in (MANIFEST, ONNX_FILE))
+
+
 def read_manifest(folder, verify=True):
     """The checked body of ``folder``'s manifest; ``verify`` also hashes every file (off: sizes only)."""
     path = os.path.join(os.fspath(folder), MANIFEST)

@@ -64,13 +64,43 @@ def test_exported_checkpoint_predicts_its_model(name, checkpoints, tmp_path):
 
 @pytest.mark.parametrize("args, words, code", [
     (["--rows", "int4"], "invalid choice: 'int4'", 2),
-    ([], "holds no checkpoint", 1),
+    ([], "nothing holds no checkpoint", 1),
 ])
 def test_bad_arguments_are_one_line(args, words, code, tmp_path):
     run = _cli("export.py", tmp_path / "nothing", "--out", tmp_path / "b", *args)
     last = run.stderr.strip().splitlines()[-1]
     assert run.returncode == code and words in last and "Traceback" not in run.stderr, run.stderr
+    assert "--resume" not in run.stderr, run.stderr  # a flag of train.py, not of export.py
     assert not (tmp_path / "b").exists()
+
+
+def _one_line(run):
+    assert run.returncode == 1 and "Traceback" not in run.stderr and len(run.stderr.splitlines()) == 1, run.stderr
+    return run.stderr
+
+
+def test_a_bundle_given_for_a_checkpoint_is_one_line(checkpoints, tmp_path):
+    assert _cli("export.py", checkpoints["dlrm"], "--out", tmp_path / "b").returncode == 0
+    line = _one_line(_cli("export.py", tmp_path / "b", "--out", tmp_path / "again"))
+    assert f"{tmp_path / 'b'} is an inference bundle, not a checkpoint" in line, line
+
+
+def test_a_full_disk_names_the_file_and_leaves_the_bundle_there(checkpoints, tmp_path):
+    import resource
+    import signal
+
+    def full_disk():  # writes past 100 kB fail with EFBIG, as on a full disk with ENOSPC
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+    out = tmp_path / "b"
+    assert _cli("export.py", checkpoints["dlrm"], "--out", out).returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "export.py"), str(checkpoints["dlrm"]), "--out",
+                          str(out)], capture_output=True, text=True, cwd=ROOT, preexec_fn=full_disk,
+                         env={**os.environ, "GPUEMB_DEVICE": "cpu"})
+    assert f"export.py: error: {out / 'model.onnx'}: cannot be written (File too large); free space" in \
+        _one_line(run), run.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before and os.listdir(tmp_path) == ["b"]
 
 
 def test_corrupt_checkpoint_is_one_line(checkpoints, tmp_path):

@@ -1,0 +1,70 @@
+"""tools/_entry.py, the floor under every tool: whatever reaches the top is one line and an exit code, a Ctrl-C
+while the heavy imports load and a missing extra included."""
+import importlib.util
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+TOOLS = pathlib.Path(__file__).resolve().parents[2] / "tools"
+SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
+
+
+def start(tool, *args, env=None):
+    return subprocess.Popen([sys.executable, str(TOOLS / tool), *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "GPUEMB_DEVICE": "cpu", **(env or {})})
+
+
+def guarded(process, timeout=60):
+    """Wait until ``process`` has installed the guard: its SIGTERM handler is in /proc, before the heavy imports."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(f"/proc/{process.pid}/status") as f:
+            caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+        if caught & SIGTERM_BIT:
+            return
+        time.sleep(0.001)
+    raise AssertionError("the tool never installed its guard")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads a process's signal handlers from /proc")
+@pytest.mark.parametrize("tool, args", [("export.py", ["ckpt", "--out", "b"]),  # heavy imports at module level
+                                        ("train.py", ["--steps", "1"])])  # inside main
+def test_a_ctrl_c_while_the_imports_load_is_one_line(tool, args):
+    process = start(tool, *args)
+    guarded(process)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and err == f"{tool}: interrupted\n", err
+
+
+def test_a_missing_extra_names_it(tmp_path):
+    fake = tmp_path / "onnx"  # what the plain install, without the serve extra, finds
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'onnx'\", name='onnx')\n")
+    out, err = start("export.py", "ckpt", "--out", tmp_path / "b", env={"PYTHONPATH": str(tmp_path)}).communicate()
+    assert err == ("export.py: error: this needs onnx, which is not installed; pip install -e '.[serve]'\n"), err
+
+
+def _entry():
+    spec = importlib.util.spec_from_file_location("_entry", TOOLS / "_entry.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_memory_and_unexpected_errors_are_one_line_naming_where():
+    entry = _entry()
+    line, code = entry.line_of(MemoryError("Unable to allocate 8 GiB"))
+    assert code == 1 and line.endswith(": error: out of memory (Unable to allocate 8 GiB); ask for less (smaller "
+                                       "sizes, fewer rows or a smaller batch), or run where more memory is free")
+    try:
+        {}["crc32"]
+    except KeyError as e:
+        line, code = entry.line_of(e)
+    assert code == 1 and "error: KeyError at test_entry.py:" in line and "GPUEMB_TRACEBACK=1" in line, line
+    assert "\n" not in line
