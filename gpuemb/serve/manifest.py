@@ -6,12 +6,18 @@ docs/serve.md lists the body's fields.
 """
 import hashlib
 import json
+import math
 import os
+import re
 
 from .errors import BundleError
+from .initial import KINDS
+from .rows import FORMATS
 
 FORMAT, VERSION = "gpuemb-bundle", 1
 MANIFEST, ONNX_FILE, TABLES_FILE = "manifest.json", "model.onnx", "tables.h5"
+MAX_BYTES, MAX_DEPTH = 1 << 24, 16  # a manifest is kilobytes, 5 levels deep: more is not one of ours
+REDO = "export the bundle again with tools/export.py"
 
 
 def file_sha256(path):
@@ -42,27 +48,124 @@ def is_bundle(folder):
 
 
 def read_manifest(folder, verify=True):
-    """The checked body of ``folder``'s manifest; ``verify`` also hashes every file (off: sizes only)."""
+    """The checked body of ``folder``'s manifest; ``verify`` also hashes every file (off: sizes only). Whatever is
+    wrong with it, an edited file or a hostile one, is one BundleError naming the file and the field."""
     path = os.path.join(os.fspath(folder), MANIFEST)
-    redo = "export the bundle again with tools/export.py"
     try:
-        with open(path, "rb") as f:
-            doc = json.loads(f.read())
-        body, ok = doc["body"], _body_sha(doc["body"]) == doc["sha256"]
+        body = _body(path)
+        _check_fields(body)
+        _check_files(os.fspath(folder), body, verify)
+    except BundleError:
+        raise
     except FileNotFoundError:
         raise BundleError(f"{path}: is missing; give the folder tools/export.py wrote") from None
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise BundleError(f"{path}: cannot be read ({type(e).__name__}: {e}); {redo}") from None
-    if not ok:
-        raise BundleError(f"{path}: its checksum does not match its contents; the manifest is corrupt, {redo}")
+    except _FieldError as e:
+        raise BundleError(f"{path}: field {e.args[0]} is {_short(e.args[1])}, not {e.args[2]}; {REDO}") from None
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, MemoryError) as e:
+        raise BundleError(f"{path}: cannot be read ({type(e).__name__}: {e}); {REDO}") from None
+    return body
+
+
+def _body(path):
+    """The manifest's body, once its size, nesting, checksum and format check out."""
+    with open(path, "rb") as f:
+        text = f.read(MAX_BYTES + 1).decode()
+    if len(text) > MAX_BYTES:
+        raise BundleError(f"{path}: is over {MAX_BYTES:,} bytes, far more than a manifest holds; {REDO}")
+    if _depth(text) > MAX_DEPTH:  # before parsing: the parser recurses once per level, and a deep file crashes it
+        raise BundleError(f"{path}: nests lists or tables more than {MAX_DEPTH} deep; it is not a manifest, {REDO}")
+    doc = json.loads(text)
+    if not (isinstance(doc, dict) and isinstance(doc.get("body"), dict) and isinstance(doc.get("sha256"), str)):
+        raise _FieldError("body", doc, "a table beside its sha256")
+    body = doc["body"]
+    if _body_sha(body) != doc["sha256"]:
+        raise BundleError(f"{path}: its checksum does not match its contents; the manifest is corrupt, {REDO}")
     if body.get("format") != FORMAT or body.get("version") != VERSION:
         raise BundleError(f"{path}: format {body.get('format')!r} version {body.get('version')!r}, not {FORMAT!r} "
-                          f"version {VERSION}; {redo}")
+                          f"version {VERSION}; {REDO}")
+    return body
+
+
+def _check_files(folder, body, verify):
     for name, want in body["files"].items():
-        file = os.path.join(os.fspath(folder), name)
+        file = os.path.join(folder, name)
         if not os.path.isfile(file):
-            raise BundleError(f"{file}: is missing; the bundle is incomplete, {redo}")
+            raise BundleError(f"{file}: is missing; the bundle is incomplete, {REDO}")
         if os.path.getsize(file) != want["bytes"] or verify and file_sha256(file) != want["sha256"]:
             raise BundleError(f"{file}: its size or SHA-256 does not match the manifest's; the file is corrupt, "
-                              f"{redo}")
-    return body
+                              f"{REDO}")
+
+
+def _depth(text):
+    """How deep ``[`` and ``{`` nest in the JSON ``text``, the brackets inside strings left out."""
+    depth = deepest = 0
+    for token in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text):
+        c = token.group()
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
+class _FieldError(Exception):
+    """(field, value, what it must be): a re-signed manifest whose field a reader would trip on."""
+
+
+def _need(ok, field, value, want):
+    if not ok:
+        raise _FieldError(field, value, want)
+
+
+def _is_int(v, low):
+    return type(v) is int and v >= low
+
+
+def _is_file_name(v):
+    # a name in the bundle's folder: a path would have the reader hash or open a file outside it
+    return isinstance(v, str) and v not in ("", ".", "..") and os.path.basename(v) == v and "\\" not in v
+
+
+def _check_fields(body):
+    """Every field the Predictor reads, of the type it reads it as: a manifest re-signed after an edit passes its
+    checksum, and must still not end in a KeyError or TypeError deep in the reader."""
+    files = body.get("files")
+    _need(isinstance(files, dict) and all(_is_file_name(n) and isinstance(f, dict) and _is_int(f.get("bytes"), 0)
+                                          and isinstance(f.get("sha256"), str) for n, f in files.items()),
+          "files", files, "a table of file names to {bytes, sha256}")
+    for key in ("onnx", "tables_file"):
+        _need(body.get(key) in files, key, body.get(key), "the name of a file that files lists")
+    _need(body.get("rows") in FORMATS, "rows", body.get("rows"), f"one of {', '.join(FORMATS)}")
+    _need(_is_int(body.get("n_dense"), 0), "n_dense", body.get("n_dense"), "an int >= 0")
+    n_features = body.get("n_features")
+    _need(_is_int(n_features, 1), "n_features", n_features, "an int >= 1")
+    tables = body.get("tables")
+    _need(isinstance(tables, dict) and tables, "tables", tables, "a table of the tables by name")
+    for name, t in tables.items():
+        _need(isinstance(t, dict), f"tables.{name}", t, "a table of dim, dtype, n_rows and initializer")
+        _need(_is_int(t.get("dim"), 1), f"tables.{name}.dim", t.get("dim"), "an int >= 1")
+        _need(t.get("dtype") in ("float16", "float32", "float64"), f"tables.{name}.dtype", t.get("dtype"),
+              "float16, float32 or float64")
+        _need(_is_int(t.get("n_rows"), 0), f"tables.{name}.n_rows", t.get("n_rows"), "an int >= 0")
+        init = t.get("initializer")
+        _need(isinstance(init, dict) and init.get("kind") in KINDS and _is_int(init.get("seed"), 0)
+              and init["seed"] < 2 ** 64 and (init.get("scale") is None or type(init["scale"]) in (int, float)
+                                              and math.isfinite(init["scale"])),
+              f"tables.{name}.initializer", init, f"{{kind: one of {', '.join(KINDS)}, seed: 64 bits, scale}}")
+    collections = body.get("collections")
+    _need(isinstance(collections, dict) and collections, "collections", collections,
+          "a table of the embedding collections")
+    for name, c in collections.items():
+        where = f"collections.{name}"
+        _need(isinstance(c, dict) and isinstance(c.get("input"), str) and isinstance(c.get("shared"), bool), where,
+              c, "a table of input (a name), shared (true or false) and feature_tables")
+        names = c.get("feature_tables")
+        _need(isinstance(names, list) and len(names) == n_features and
+              all(isinstance(n, str) and n in tables for n in names), f"{where}.feature_tables", names,
+              f"a list of n_features ({n_features}) names of tables")
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
