@@ -68,3 +68,14 @@ def test_memory_and_unexpected_errors_are_one_line_naming_where():
         line, code = entry.line_of(e)
     assert code == 1 and "error: KeyError at test_entry.py:" in line and "GPUEMB_TRACEBACK=1" in line, line
     assert "\n" not in line
+
+
+def test_every_extra_is_in_the_readme_and_the_extras_named_exist():
+    import re
+    import tomllib
+
+    root = TOOLS.parent
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    listed = re.findall(r"^\| `([\w-]+)` \|", (root / "README.md").read_text(), re.M)
+    assert sorted(set(extras) - set(listed)) == [], "README's extras table misses these"
+    assert set(_entry().EXTRAS.values()) <= set(extras)
