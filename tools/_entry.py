@@ -7,7 +7,7 @@ one line too, and its ``__main__`` block is ``run(main)``. What reaches the top:
 - SIGTERM (Slurm, Kubernetes, systemd): raised in the main thread as :class:`Terminated`, a KeyboardInterrupt, so
   it unwinds as a Ctrl-C does (temporary folders removed, the last checkpoint kept), then exit 143;
 - a missing optional package: the extra that brings it, exit 2;
-- MemoryError, and any other error: its line, exit 1; ``GPUEMB_TRACEBACK=1`` prints the traceback instead.
+- MemoryError, and any other error: its line, exit 1; with ``GPUEMB_TRACEBACK=1`` its traceback above it.
 
 A tool catches the errors it knows itself (a bad flag exits 2 with its own line); this is the floor beneath them.
 """
@@ -36,25 +36,29 @@ def _terminate(signum, frame):
     raise Terminated()
 
 
-def prog():
+def _prog():
     return os.path.basename(sys.argv[0]) or "tool"
+
+
+def _text(error):
+    return " ".join(str(error).split())  # a message of several lines, on one
 
 
 def line_of(error):
     """``(line, exit code)`` that report ``error`` when it reaches the top of a tool."""
     if isinstance(error, KeyboardInterrupt):
-        return f"{prog()}: {str(error) or 'interrupted'}", getattr(error, "exit_code", 130)
+        return f"{_prog()}: {str(error) or 'interrupted'}", getattr(error, "exit_code", 130)
     if isinstance(error, ModuleNotFoundError) and error.name:
         top = error.name.split(".")[0]
         how = f"pip install -e '.[{EXTRAS[top]}]'" if top in EXTRAS else f"pip install {top}, or pip install -e ."
-        return f"{prog()}: error: this needs {top}, which is not installed; {how}", 2
+        return f"{_prog()}: error: this needs {top}, which is not installed; {how}", 2
     if isinstance(error, MemoryError):
-        return (f"{prog()}: error: out of memory ({error or 'no size given'}); ask for less (smaller sizes, fewer "
-                "rows or a smaller batch), or run where more memory is free"), 1
+        return (f"{_prog()}: error: out of memory ({_text(error) or 'no size given'}); ask for less (smaller "
+                "sizes, fewer rows or a smaller batch), or run where more memory is free"), 1
     where = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
     at = f" at {os.path.basename(where.filename)}:{where.lineno}" if where else ""
-    return (f"{prog()}: error: {type(error).__name__}{at}: {error}; this is a bug unless the line says otherwise: "
-            "report it with the traceback that GPUEMB_TRACEBACK=1 prints"), 1
+    return (f"{_prog()}: error: {type(error).__name__}{at}: {_text(error)}; not an error this tool expected: "
+            "report it, with the traceback that GPUEMB_TRACEBACK=1 prints"), 1
 
 
 def _report(error):

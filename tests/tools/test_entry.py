@@ -15,8 +15,9 @@ SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
 
 
 def start(tool, *args, env=None):
+    env = {**os.environ, "GPUEMB_DEVICE": "cpu", **(env or {})}
     return subprocess.Popen([sys.executable, str(TOOLS / tool), *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "GPUEMB_DEVICE": "cpu", **(env or {})})
+                            stderr=subprocess.PIPE, text=True, env=env)
 
 
 def guarded(process, timeout=60):

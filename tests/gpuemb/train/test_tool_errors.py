@@ -20,7 +20,8 @@ def one_line(*args):
     return out.stderr
 
 
-@pytest.mark.parametrize("where, why", [("folder", "Is a directory"), ("under_a_file", "a file stands where its folder would be")])
+@pytest.mark.parametrize("where, why", [("folder", "Is a directory"),
+                                        ("under_a_file", "a file stands where its folder would be")])
 def test_a_metrics_out_that_cannot_be_written(where, why, tmp_path):
     (tmp_path / "file").touch()
     path = {"folder": tmp_path, "under_a_file": tmp_path / "file" / "m.jsonl"}[where]
