@@ -6,8 +6,9 @@
   a split by a seeded hash of its index, so the split is the same on every run and needs no shuffle; or
 - a dict of split name to files ("by file", e.g. the last Criteo day as test).
 
-Shards go to ``out_dir/<split>/part-*.h5``. With a frequency threshold, a first pass counts tokens over the
-training rows only, so no id is kept because of how often it shows up in val or test. The threshold and the caps
+Shards go to ``out_dir/<split>/part-*.h5``, listed in ``out_dir/<split>/manifest.json`` once all are written
+(:mod:`gpuemb.io.dataset_manifest`). With a frequency threshold, a first pass counts tokens over the training rows
+only, so no id is kept because of how often it shows up in val or test. The threshold and the caps
 apply to a jagged feature's keys (a Parquet list column) as to a scalar column's ids, per feature.
 """
 import os
@@ -22,7 +23,8 @@ from gpuemb.io.hashing import mix_array
 from gpuemb.io.prefetch import Prefetcher
 from gpuemb.io.reader import ReadOptions
 from gpuemb.io.remap import IdRemap, TokenCounter
-from gpuemb.io.shards import ShardLayout, ShardWriter, WriteOptions
+from gpuemb.io.output_folder import OutputFolder
+from gpuemb.io.shards import ShardLayout, WriteOptions
 
 SPLITS = ("train", "val", "test")
 
@@ -108,12 +110,20 @@ def count_tokens(inputs, schema, options):
     return counter
 
 
-def convert(inputs, out_dir, schema, options=ConvertOptions()):
-    """Convert ``inputs`` (a list of files, or a dict of split to files) to shards; return a ConvertReport."""
+def convert(inputs, out_dir, schema, options=ConvertOptions(), overwrite=False):
+    """Convert ``inputs`` (a list of files, or a dict of split to files) to shards; return a ConvertReport.
+
+    ``out_dir`` must hold no earlier conversion, unless ``overwrite``, which removes it first
+    (:mod:`gpuemb.io.output_folder`)."""
     options.validate()
     schema.validate()
     if isinstance(inputs, dict) and set(inputs) - set(SPLITS):
         raise ValueError(f"inputs: unknown splits {sorted(set(inputs) - set(SPLITS))}; use {SPLITS}")
+    with OutputFolder(out_dir, SPLITS, overwrite) as out:
+        return _convert(inputs, out, schema, options)
+
+
+def _convert(inputs, out, schema, options):
     start = time.perf_counter()
     frequent = None
     if options.freq_threshold:
@@ -134,13 +144,15 @@ def convert(inputs, out_dir, schema, options=ConvertOptions()):
                 layout = ShardLayout(tuple(schema.label_names), tuple(schema.dense_names),
                                      tuple(schema.sparse_names), schema.sparse_hotness,
                                      meta=dict(meta, split=SPLITS[s]))
-                writers[s] = ShardWriter(os.path.join(out_dir, SPLITS[s]), layout, options.write)
+                writers[s] = out.shard_writer(SPLITS[s], layout, options.write)
             writers[s].append(part)
     for s in sorted(writers):
         report.paths[SPLITS[s]] = writers[s].close()
         report.rows[SPLITS[s]] = writers[s].rows
+    _check_rows(inputs, report)  # before the manifests: a failed conversion's folders stay marked unfinished
+    for s in sorted(writers):
+        out.publish(SPLITS[s], writers[s])
     report.seconds = time.perf_counter() - start
-    _check_rows(inputs, report)
     return report
 
 

@@ -35,6 +35,11 @@ class UncheckedShardWarning(UserWarning):
     """Shards of version 1, written before shards carried checksums, are read without checking their bytes."""
 
 
+class UnlistedShardWarning(UncheckedShardWarning):
+    """Shards of a folder without a manifest, converted before manifests, are read without noticing a missing,
+    extra or swapped shard."""
+
+
 class BadLineWarning(UserWarning):
     """A malformed line was skipped (only the first few of a run are warned about)."""
 

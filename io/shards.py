@@ -27,6 +27,10 @@ form and checksum, the checksum table, and each dataset's shape and dtype; readi
 checksums, so a flipped byte stops a run before its rows reach the model. Every such error, and h5py's own, is a
 :class:`~gpuemb.io.errors.ShardError` that names the file, and the attribute or the dataset and chunk.
 
+The converter lists a split's shards, with each one's size and whole-file CRC32, in the folder's
+``manifest.json`` (:mod:`gpuemb.io.dataset_manifest`): :class:`ShardSource` checks a shard against it before h5py
+opens it, and :func:`list_shards` refuses a folder missing a listed shard or holding one not listed.
+
 Version 1 shards (before checksums) are still read, with a warning: they were written by the same converter, and a
 large data set takes hours to convert again, which the warning suggests.
 """
@@ -39,12 +43,12 @@ from dataclasses import dataclass, field
 import h5py
 import numpy as np
 
-from gpuemb.io import shard_attrs as attrs
+from gpuemb.io import dataset_manifest, shard_attrs as attrs
 from gpuemb.io import shard_bags
 from gpuemb.io.bags import JAGGED
 from gpuemb.io.batch import Batch
 from gpuemb.io.checksum import array_crcs, first_mismatch
-from gpuemb.io.errors import DataError, SchemaError, ShardError, UncheckedShardWarning
+from gpuemb.io.errors import DataError, SchemaError, ShardError, UncheckedShardWarning, UnlistedShardWarning
 from gpuemb.io.file_lock import Busy, DirLock
 from gpuemb.io.h5output import H5Output
 
@@ -53,6 +57,7 @@ JAGGED_VERSION = 3  # the version that brought jagged features; a shard without 
 DATASETS = ("label", "dense", "sparse")
 _NAMES = ("label_names", "dense_names", "sparse_names")
 _READ_ERRORS = (OSError, KeyError, ValueError, TypeError, RuntimeError)
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 @dataclass(frozen=True)
@@ -104,9 +109,21 @@ class WriteOptions:
         return self
 
 
+def hold_folder(folder):
+    """A DirLock on ``folder`` (made if missing), or a DataError where another conversion holds it."""
+    try:
+        return DirLock(folder)
+    except Busy:
+        raise DataError(f"{folder}: another conversion is writing shards there; wait for it to end, or "
+                        "convert into another folder") from None
+    except OSError as e:
+        raise DataError(f"{folder}: cannot hold shards ({e.strerror}); convert into a writable folder") from None
+
+
 class ShardWriter:
-    """Appends batches to ``folder/part-*.h5``, a whole chunk at a time; ``close()`` returns the shard paths. It
-    holds a lock on ``folder`` until then (``file_lock.py``): a second writer there is refused with one line."""
+    """Appends batches to ``folder/part-*.h5``, a whole chunk at a time; ``close()`` returns the shard paths
+    (``paths``, with the rows of each in ``counts``). It holds a lock on ``folder`` until then (``file_lock.py``):
+    a second writer there is refused with one line."""
 
     def __init__(self, folder, layout, options=WriteOptions()):
         self.folder, self.layout, self.options = folder, layout.validate(), options.validate()
@@ -115,19 +132,14 @@ class ShardWriter:
                       "sparse_hotness": json.dumps(list(layout.hotness or (1,) * len(layout.sparse_names))),
                       "meta": json.dumps(layout.meta)}
         attrs.check_texts(self.texts)  # before a row is written: a text too long for an attribute cannot be stored
-        try:  # two writers of one folder would write the same part files over each other
-            self.lock = DirLock(folder)
-        except Busy:
-            raise DataError(f"{folder}: another conversion is writing shards there; wait for it to end, or "
-                            "convert into another folder") from None
-        except OSError as e:
-            raise DataError(f"{folder}: cannot hold shards ({e.strerror}); convert into a writable folder") from None
+        self.lock = hold_folder(folder)  # two writers of one folder would write the same part files over each other
         T, D, S = layout.widths
         c = options.chunk_rows
         self.buf = Batch(np.empty((c, T) if T else c, np.float32), np.empty((c, D), np.float32),
                          np.empty((c, S), np.int64))
         self.bags = shard_bags.BagBuffer(layout.jagged_names, c) if layout.jagged_names else None
         self.fill, self.file, self.file_rows, self.paths, self.rows, self.sums = 0, None, 0, [], 0, []
+        self.counts = []
         self.out = None  # the H5Output of the shard being written
 
     def append(self, batch):
@@ -206,6 +218,7 @@ class ShardWriter:
         attrs.put_text(self.file.attrs, attrs.ATTR_CRCS, attrs.record_crcs(self.file.attrs, array_crcs([table])[0]))
         self._check(self.out.close)
         os.replace(self.paths[-1] + ".tmp", self.paths[-1])
+        self.counts.append(self.file_rows)
         self.file, self.out, self.file_rows, self.sums = None, None, 0, []
 
     def _check(self, step=None):
@@ -319,24 +332,40 @@ def open_shard(path):
                          f"so {attrs.FIX}") from None
 
 
+def is_hdf5(path):
+    """Whether the file at ``path`` starts as an HDF5 file does (as every shard does): a cheap test that tells a
+    shard from a raw data file, without parsing it."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE
+    except OSError as e:
+        raise ShardError(f"{path}: cannot be read ({e.strerror}); check the path and its permissions") from None
+
+
 def list_shards(location, split=None):
-    """The shard paths at ``location``: a shard, a folder of shards, or an output folder plus ``split``."""
+    """The shard paths at ``location``: a shard, a folder of shards, or an output folder plus ``split``. A folder
+    with a manifest must hold exactly the shards it lists; one without (converted before manifests) is globbed."""
     location = os.fspath(location)
     if os.path.isfile(location):
         return [location]
     folder = os.path.join(location, split) if split else location
-    paths = sorted(glob.glob(os.path.join(glob.escape(folder), "part-*.h5")))
+    listing = dataset_manifest.read(folder)
+    paths = dataset_manifest.listed(folder, listing) if listing else sorted(
+        glob.glob(os.path.join(glob.escape(folder), "part-*.h5")))
     if not paths:
         raise ShardError(f"{folder}: holds no part-*.h5 shards; run the converter or check the path")
     return paths
 
 
 class ShardSource:
-    """Blocks of rows for the loader: block i is one HDF5 chunk of one shard, always read whole."""
+    """Blocks of rows for the loader: block i is one HDF5 chunk of one shard, always read whole. Opening checks
+    each shard's whole-file CRC32 against its folder's manifest first (:mod:`gpuemb.io.dataset_manifest`)."""
 
     def __init__(self, paths):
         paths = list_shards(paths) if isinstance(paths, (str, os.PathLike)) else list(paths)
         self.files, self.infos = [], []
+        check = dataset_manifest.ShardCheck()
+        check(paths)  # before h5py parses a byte of them
         try:
             for p in paths:
                 f, info = open_shard(p)
@@ -348,6 +377,11 @@ class ShardSource:
         except Exception:
             self.close()
             raise
+        if check.unlisted:
+            warnings.warn(f"{len(check.unlisted)} shard folders, first {check.unlisted[0]}, have no "
+                          f"{dataset_manifest.NAME} (converted before manifests), so a missing, extra or swapped "
+                          "shard there goes unnoticed; convert the source again to have the folder checked",
+                          UnlistedShardWarning, stacklevel=2)
         unchecked = [info.path for info in self.infos if info.checksums is None]
         if unchecked:
             warnings.warn(f"{len(unchecked)} of {len(self.infos)} shards, first {unchecked[0]}, are version 1 and "

@@ -31,7 +31,8 @@ import numpy as np
 
 from gpuemb.io.batch import Batch
 from gpuemb.io.hashing import GOLDEN, mix, splitmix64
-from gpuemb.io.shards import ShardLayout, ShardWriter, WriteOptions
+from gpuemb.io.output_folder import OutputFolder
+from gpuemb.io.shards import ShardLayout, WriteOptions
 
 CRITEO_CARDINALITIES = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27,
                         14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572)
@@ -315,12 +316,18 @@ class SyntheticSource:
         return self.teacher.generate(i * self.block_rows, int(self.block_sizes[i]), SPLITS.index(self.split))[0]
 
 
-def write_synthetic(config, out_dir, rows, options=WriteOptions(), block_rows=1 << 17):
-    """Write ``rows`` (a dict of split to row count) as shards under ``out_dir/<split>``.
+def write_synthetic(config, out_dir, rows, options=WriteOptions(), block_rows=1 << 17, overwrite=False):
+    """Write ``rows`` (a dict of split to row count) as shards under ``out_dir/<split>``, each split listed in its
+    manifest; ``out_dir`` must hold no earlier conversion, unless ``overwrite`` (:mod:`gpuemb.io.output_folder`).
 
     Returns a dict of split to (shard paths, teacher AUC on that split's rows); the AUC is also in each shard's
     ``meta`` attribute.
     """
+    with OutputFolder(out_dir, SPLITS, overwrite) as folder:
+        return _write(config, folder, rows, options, block_rows)
+
+
+def _write(config, folder, rows, options, block_rows):
     out = {}
     for split, n in rows.items():
         logits, labels = [], []
@@ -331,8 +338,9 @@ def write_synthetic(config, out_dir, rows, options=WriteOptions(), block_rows=1 
             labels.append(batch.label)
         split_auc = auc(np.concatenate(logits), np.concatenate(labels))
         meta = {"synthetic": asdict(config), "split": split, "teacher_auc": split_auc}
-        writer = ShardWriter(f"{out_dir}/{split}", config.layout(meta), options)
+        writer = folder.shard_writer(split, config.layout(meta), options)
         for first in range(0, n, block_rows):
             writer.append(generate(config, first, min(block_rows, n - first), split)[0])
         out[split] = (writer.close(), split_auc)
+        folder.publish(split, writer)
     return out

@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -15,10 +16,15 @@ from gpuemb.io.census import census_schema
 from gpuemb.io.convert import ConvertOptions, ConvertReport, convert
 from gpuemb.io.csv_reader import csv_schema
 from gpuemb.io.criteo import criteo_schema, read_criteo
-from gpuemb.io.errors import DataError
+from gpuemb.io.errors import DataError, UnlistedShardWarning
+from gpuemb.io.file_lock import DirLock
 from gpuemb.io.hashing import rare_id
 from gpuemb.io.schema import Schema
 from gpuemb.io.shards import ShardSource, WriteOptions
+from gpuemb.train.config import TrainConfig
+from gpuemb.train.data import open_data
+
+from .test_dataset_manifest import criteo_file
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "convert.py"
 
@@ -169,3 +175,55 @@ def test_the_meta_of_many_inputs_lists_the_first_hundred(data, tmp_path):
         sources = json.loads(f.attrs["meta"])["sources"]
     assert sources == [str(data / "criteo_sample.tsv")] * 100 + ["... and 50 more"]
     assert report.rows == {"train": 30_000}
+
+
+def test_converting_into_a_used_folder_is_refused_and_overwrite_replaces_it_whole(tmp_path, rng):
+    small = ConvertOptions(write=WriteOptions(chunk_rows=256, rows_per_shard=512))
+    out = tmp_path / "out"
+    first = {s: [criteo_file(tmp_path / f"first_{s}.tsv", n, rng)] for s, n in (("train", 3000), ("test", 400))}
+    convert(first, out, criteo_schema(), small)
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    second = {s: [criteo_file(tmp_path / f"second_{s}.tsv", n, rng)] for s, n in (("train", 1499), ("test", 300))}
+    with pytest.raises(DataError) as err:
+        convert(second, out, criteo_schema(), small)
+    assert str(err.value) == (f"{out}: holds an earlier conversion (9 files, first {out / 'train' / 'manifest.json'}"
+                              "), which new shards would mix with; convert into an empty folder, or give "
+                              "--overwrite to replace that data set")
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # nothing of it touched
+
+    report = convert(second, out, criteo_schema(), small, overwrite=True)
+    assert sorted(p.name for p in (out / "train").iterdir()) == ["manifest.json"] + [
+        f"part-{i:05d}.h5" for i in range(3)]  # part-00003 to part-00005 of the first are gone
+    assert report.rows == {"train": 1499, "test": 300}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnlistedShardWarning)  # each split is listed, so checked
+        data = open_data(TrainConfig.from_dict({"data": str(out)}), str(tmp_path), 0)
+    try:
+        for source, split in ((data.train, "train"), (data.eval, "test")):
+            got = Batch.concat([source.read_block(i) for i in range(source.block_sizes.size)])
+            want = Batch.concat(list(read_criteo(second[split][0])))
+            for x, y in zip(got.arrays(), want.arrays()):
+                np.testing.assert_array_equal(x, y)
+    finally:
+        data.close()
+
+
+def test_overwrite_removes_the_splits_the_new_conversion_lacks(tmp_path, rng):
+    source = criteo_file(tmp_path / "rows.tsv", 400, rng)
+    convert([source], tmp_path / "out", criteo_schema(), ConvertOptions(split=(0.5, 0.25, 0.25)))
+    convert([source], tmp_path / "out", criteo_schema(), overwrite=True)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["train"]
+    assert load(str(tmp_path / "out" / "train")).rows == 400
+
+
+def test_a_folder_held_by_another_conversion_is_not_emptied(tmp_path, rng):
+    source = criteo_file(tmp_path / "rows.tsv", 100, rng)
+    convert([source], tmp_path / "out", criteo_schema())
+    for held in (tmp_path / "out", tmp_path / "out" / "train"):
+        lock = DirLock(held)  # as a second process writing there would hold it
+        try:
+            with pytest.raises(DataError, match=f"^{held}: another conversion is writing shards there; wait"):
+                convert([source], tmp_path / "out", criteo_schema(), overwrite=True)
+        finally:
+            lock.release()
+        assert load(str(tmp_path / "out" / "train")).rows == 100

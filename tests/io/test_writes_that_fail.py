@@ -23,7 +23,10 @@ def test_a_full_disk_while_converting_is_one_line_and_leaves_no_partial_shard(tm
     (line,) = out.stderr.splitlines()
     assert line.startswith(f"convert.py: {tmp_path / 'shards' / 'train' / 'part-00000.h5'}: File too large after ")
     assert "free space on that disk" in line
-    assert os.listdir(tmp_path / "shards" / "train") == []  # the shard being written is gone, temp file and all
+    # the shard being written is gone, temp file and all; the manifest marks the folder as never finished
+    assert os.listdir(tmp_path / "shards" / "train") == ["manifest.json"]
+    with pytest.raises(DataError, match="manifest.json: the conversion writing this folder has not finished"):
+        list_shards(tmp_path / "shards", "train")
 
 
 def test_a_full_disk_under_the_metrics_file_is_one_line(tmp_path, disk_full_run):
