@@ -10,7 +10,8 @@
 
 A Parquet list column named with --categorical is a jagged feature, a bag of ids a row (docs/data.md, "Parquet").
 It prints rows per split, rows/s and the bad lines it skipped (the first few as file:line: reason). Input that
-gives no good rows at all is an error (exit 1), as is any other bad input: one line says what and where.
+gives no good rows at all is an error (exit 1), as is any other bad input: one line says what and where. So is
+an OUT that holds an earlier conversion, which new shards would mix with: --overwrite replaces it whole.
 """
 import argparse
 import math
@@ -30,17 +31,26 @@ def parse_args(argv):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("format", choices=(*FORMATS, "synthetic"))
     ap.add_argument("inputs", nargs="*", help="input files (train, or all rows for a ratio split)")
-    ap.add_argument("--out", required=True, help="output folder; shards go to OUT/<split>/part-*.h5")
+    ap.add_argument("--out", required=True, help="output folder; shards go to OUT/<split>/part-*.h5, listed in "
+                    "OUT/<split>/manifest.json")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="replace the data set OUT already holds: its shards and manifests of every split are removed "
+                    "first (without it, converting into a folder that holds one is refused)")
     ap.add_argument("--val", nargs="+", default=[], help="files of the val split (split by file)")
     ap.add_argument("--test", nargs="+", default=[], help="files of the test split (split by file)")
-    ap.add_argument("--split", nargs=3, type=float, default=(1.0, 0.0, 0.0), metavar=("TRAIN", "VAL", "TEST"))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--freq-threshold", type=int, default=0)
+    ap.add_argument("--split", nargs=3, type=float, default=(1.0, 0.0, 0.0), metavar=("TRAIN", "VAL", "TEST"),
+                    help="ratios of the rows that go to each split, summing to 1, when no --val or --test files are "
+                    "given (default: 1 0 0, all train)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the hash that assigns rows to splits (default: 0)")
+    ap.add_argument("--freq-threshold", type=int, default=0,
+                    help="ids seen fewer times than this in the train rows become one rare id per column (default: "
+                    "0, keep every id)")
     ap.add_argument("--cap", type=int, nargs="+", default=[0], help="one cap for all columns, or one per column")
     ap.add_argument("--no-log1p", action="store_true", help="keep dense values as they are")
     ap.add_argument("--strict", action="store_true", help="stop at the first bad line")
     ap.add_argument("--chunk-rows", type=int, default=16384)
-    ap.add_argument("--rows-per-shard", type=int, default=1 << 21)
+    ap.add_argument("--rows-per-shard", type=int, default=1 << 21,
+                    help="rows in each part file, a multiple of --chunk-rows (default: %(default)s)")
     ap.add_argument("--compression", choices=("gzip",), default=None)
     named = ap.add_argument_group(", ".join(NAMED_COLUMNS), "the columns of each role, named")
     named.add_argument("--label", nargs="+", default=[])
@@ -52,8 +62,9 @@ def parse_args(argv):
     named.add_argument("--max-bag", type=int, default=None,
                        help="parquet: most ids in a row of a list column; a longer bag is a bad row (default: no cap)")
     syn = ap.add_argument_group("synthetic")
-    syn.add_argument("--preset", choices=sorted(PRESETS), default="small")
-    syn.add_argument("--rows", type=int, default=1_000_000)
+    syn.add_argument("--preset", choices=sorted(PRESETS), default="small",
+                     help="the shape of the data: its tables, hotness and teacher (default: small)")
+    syn.add_argument("--rows", type=int, default=1_000_000, help="training rows to write (default: %(default)s)")
     syn.add_argument("--test-rows", type=int, default=100_000)
     args = ap.parse_args(argv)
     problem = bad_flags(args)
@@ -97,8 +108,8 @@ def main(argv=None):
     if args.format == "synthetic":
         rows = {"train": args.rows, "test": args.test_rows} if args.test_rows else {"train": args.rows}
         try:
-            written = write_synthetic(PRESETS[args.preset], args.out, rows, write)
-        except DataError as e:  # a full disk
+            written = write_synthetic(PRESETS[args.preset], args.out, rows, write, overwrite=args.overwrite)
+        except DataError as e:  # a full disk, or OUT holding another conversion
             print(f"convert.py: {e}", file=sys.stderr)
             return 1
         for split, (paths, auc) in written.items():
@@ -117,7 +128,7 @@ def main(argv=None):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", BadLineWarning)  # the report below lists them, once each
-            report = convert(inputs, args.out, schema_of(args), options)
+            report = convert(inputs, args.out, schema_of(args), options, overwrite=args.overwrite)
     except DataError as e:
         print(f"convert.py: {e}", file=sys.stderr)
         return 1

@@ -75,3 +75,30 @@ def test_good_flags_still_convert(convert, tmp_path, capsys):
                          "0.25", "0.25", "--chunk-rows", "8", "--rows-per-shard", "16", "--cap", "1000"])
     assert code == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["test", "train", "val"]
+
+
+def test_converting_again_into_a_used_out_is_one_line_and_overwrite_replaces_it(convert, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["--out", str(out), "--chunk-rows", "8", "--rows-per-shard", "16"]
+    assert convert.main(["criteo", str(criteo_file(tmp_path, 60)), "--split", "0.5", "0.5", "0", *args]) == 0
+    capsys.readouterr()
+    assert convert.main(["criteo", str(criteo_file(tmp_path, 20)), *args]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"convert.py: {out}: holds an earlier conversion (") and len(err.splitlines()) == 1
+    assert "give --overwrite to replace that data set" in err and "Traceback" not in err
+    assert convert.main(["criteo", str(criteo_file(tmp_path, 20)), *args, "--overwrite"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["train"]  # the first's val split went with it
+    assert sorted(p.name for p in (out / "train").iterdir()) == ["manifest.json", "part-00000.h5", "part-00001.h5"]
+    assert convert.main(["synthetic", "--rows", "40", "--test-rows", "0", *args]) == 1
+    assert "holds an earlier conversion" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--split", "--seed", "--freq-threshold", "--rows-per-shard", "--preset", "--rows",
+                                  "--overwrite"])
+def test_each_flag_has_help(convert, capsys, flag):
+    with pytest.raises(SystemExit):
+        convert.main(["--help"])
+    text = capsys.readouterr().out
+    entry = re.search(f"^  {flag}( .*?)(?=^  -|^\\S|\\Z)", text + "\n", re.M | re.S).group(1)
+    said = re.sub(r"^(\s*([A-Z_]+|\{[^}]*\}))*", "", entry).strip()  # less the metavar
+    assert len(said) > 20, entry
