@@ -18,9 +18,10 @@ from pathlib import Path
 
 from gpuemb.io import synthetic
 from gpuemb.io.convert import ConvertOptions, convert
-from gpuemb.io.formats import schema_for
+from gpuemb.io.dataset_manifest import one_conversion
+from gpuemb.io.formats import FORMATS, schema_for
 from gpuemb.io.errors import DataError, SchemaError, ShardError
-from gpuemb.io.shards import ShardSource, list_shards
+from gpuemb.io.shards import ShardSource, is_hdf5, list_shards
 
 from .errors import ConfigError, TrainError
 
@@ -93,7 +94,8 @@ def _raw(config, workdir, data, fmt, eval_fraction):
     f = eval_fraction
     d = config.data
     schema = schema_for(fmt, paths, label=d.label, dense=d.dense, categorical=d.categorical)
-    report = convert(paths, out, schema, ConvertOptions(split=(1 - f, 0.0, f), seed=config.run.seed))
+    # the run's own scratch folder: whatever a conversion left there before is this run's to replace
+    report = convert(paths, out, schema, ConvertOptions(split=(1 - f, 0.0, f), seed=config.run.seed), overwrite=True)
     for split in ("train", "test"):
         if not report.rows.get(split):
             raise ConfigError(f"--data {data}: the conversion left no {split} rows ({report}); give more rows "
@@ -110,11 +112,15 @@ def _shard_paths(config):
     if not os.path.exists(location):
         raise ConfigError(f"--data: {location} does not exist; give 'synthetic', a shard folder or file, or raw "
                           "files with --format")
+    if os.path.isfile(location) and not is_hdf5(location):  # a raw file, which only --format says how to read
+        raise ConfigError(f"--data {location}: is a file, not HDF5 shards; give its --format "
+                          f"({', '.join(FORMATS)}) to convert it, or give the converter's output folder")
     if os.path.isdir(os.path.join(location, "train")):
         train = list_shards(location, "train")
         if config.data.eval_data is None:
             for split in ("test", "val"):
                 if os.path.isdir(os.path.join(location, split)):
+                    one_conversion(os.path.join(location, "train"), os.path.join(location, split))
                     return train, list_shards(location, split)
             raise ConfigError(f"--data {location}: holds no 'test' or 'val' folder to evaluate on; give the eval "
                               "shards with --eval-data")

@@ -1,9 +1,13 @@
 """The data of a run: synthetic rows with their teacher, shard folders, and raw files converted with a split."""
+import os
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
 
+from gpuemb.io import dataset_manifest
+from gpuemb.io.errors import UnlistedShardWarning
 from gpuemb.io.shards import WriteOptions
 from gpuemb.io.synthetic import SyntheticConfig, generate, teacher_auc, write_synthetic
 from gpuemb.train.config import TrainConfig
@@ -100,3 +104,60 @@ def test_a_missing_path_is_a_config_error(tmp_path):
         opened(tmp_path, data=str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match="nowhere.tsv is not a file"):
         opened(tmp_path, data=str(tmp_path / "nowhere.tsv"), format="criteo")
+
+
+def test_a_raw_file_without_its_format_is_one_line_asking_for_it(tmp_path):
+    raw = tmp_path / "clicks.csv"
+    raw.write_text("y,a,c\n1,0.5,x\n")
+    for eval_data in (None, str(raw)):
+        with pytest.raises(ConfigError) as err:
+            opened(tmp_path, data=str(raw), eval_data=eval_data)
+        assert str(err.value) == (f"--data {raw}: is a file, not HDF5 shards; give its --format (criteo, avazu, "
+                                  "census, csv, parquet) to convert it, or give the converter's output folder")
+
+
+def test_raw_files_are_converted_into_a_listed_folder_and_checked(tmp_path, monkeypatch):
+    crc, read = dataset_manifest.file_crc, []
+
+    def reading(path, sync=False):
+        read.append((path, sync))
+        return crc(path, sync)
+
+    monkeypatch.setattr(dataset_manifest, "file_crc", reading)
+    data = opened(tmp_path, data=str(DATA / "criteo_sample.tsv"), format="criteo", eval_fraction=0.25, seed=3)
+    try:
+        paths = [info.path for info in data.train.infos + data.eval.infos]
+        assert sorted(p for p, sync in read if not sync) == sorted(paths)  # each checked against its manifest entry
+        assert sorted(p for p, sync in read if sync) == sorted(paths)  # as the converter listed it
+        assert dataset_manifest.read(pathlib.Path(paths[0]).parent).complete
+    finally:
+        data.close()
+
+
+def test_a_shard_folder_with_a_shard_missing_or_another_conversions_split_is_one_line(tmp_path):
+    for name in ("one", "two"):
+        write_synthetic(TINY, tmp_path / name, {"train": 2000, "test": 500}, WriteOptions(250, 500))
+    one = tmp_path / "one"
+    os.remove(one / "train" / "part-00002.h5")
+    with pytest.raises(ConfigError, match=f"^--data: {one}/train/part-00002.h5: is missing \\(1 of the 4 shards "):
+        opened(tmp_path, data=str(one))
+    two = tmp_path / "two"
+    shutil.rmtree(two / "test")
+    shutil.copytree(one / "test", two / "test")
+    with pytest.raises(ConfigError, match=f"^--data: {two}/test: is from another conversion than {two}/train"):
+        opened(tmp_path, data=str(two))
+
+
+def test_a_shard_folder_converted_before_manifests_still_trains_with_a_warning(tmp_path):
+    written = write_synthetic(TINY, tmp_path / "shards", {"train": 1000, "test": 500})
+    for split in ("train", "test"):
+        os.remove(tmp_path / "shards" / split / "manifest.json")
+    with pytest.warns(UnlistedShardWarning, match="have no manifest.json \\(converted before manifests\\)"):
+        data = opened(tmp_path, data=str(tmp_path / "shards"))
+    try:
+        got = data.train.read_block(0)
+        want = generate(TINY, 0, 1000, "train")[0]
+        np.testing.assert_array_equal(got.sparse, want.sparse[:got.rows])
+        assert data.teacher_auc == written["test"][1]
+    finally:
+        data.close()
