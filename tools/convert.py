@@ -15,8 +15,14 @@ an OUT that holds an earlier conversion, which new shards would mix with: --over
 """
 import argparse
 import math
+import os
 import sys
 import warnings
+
+if __name__ == "__main__":  # before the heavy imports, so that an error or a Ctrl-C while they load is one line
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runpy.run_path leaves tools/ off the path
+    import _entry
+    _entry.guard()
 
 from gpuemb.io.convert import ConvertOptions, convert
 from gpuemb.io.errors import BadLineWarning, DataError
@@ -142,4 +148,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _entry.run(main)

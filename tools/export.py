@@ -8,7 +8,6 @@ Then ``gpuemb.serve.Predictor("bundle").predict(dense, sparse)``.
 """
 import argparse
 import os
-import re
 import sys
 
 if __name__ == "__main__":  # before the heavy imports, so that an error or a Ctrl-C while they load is one line
@@ -27,12 +26,6 @@ def parse(argv):
     return p.parse_args(argv)
 
 
-def as_export(message):
-    """A checkpoint error in export.py's words: the reading side of a resume says ``--resume``, a flag of
-    tools/train.py; here the checkpoint is the first argument."""
-    return re.sub(r"^--resume:? ", "", message).replace("resume from", "export from")
-
-
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)  # argparse exits 2 with one line on a bad flag
     from gpuemb.serve.bundle import write_bundle
@@ -47,7 +40,7 @@ def main(argv=None):
         folder, _ = find_resume(args.checkpoint)
         body = write_bundle(load_model(folder), args.out, args.rows)
     except (TrainError, ValueError, OSError) as e:
-        print(f"export.py: error: {as_export(str(e))}", file=sys.stderr)
+        print(f"export.py: error: {e}", file=sys.stderr)
         return 1
     size = sum(f["bytes"] for f in body["files"].values())
     print(f"export.py: {folder} -> {os.path.abspath(args.out)} ({body['model']}, {args.rows} rows, "

@@ -243,7 +243,7 @@ def resume_order(path):
         return [path], False
     steps = step_folders(path) if os.path.isdir(path) else []
     if not steps and not os.path.isfile(os.path.join(path, LATEST)):
-        raise ResumeError(f"--resume: {path} holds no checkpoint (no {MANIFEST} and no {LATEST} file); give a "
+        raise ResumeError(f"{path}: holds no checkpoint (no {MANIFEST} and no {LATEST} file); give a "
                           "step-* folder or the --checkpoint-dir of an earlier run")
     named = latest_name(path)
     if named is not None:
@@ -263,7 +263,7 @@ def find_resume(path, warn=_warn):
     if fallback and latest_name(path) is None:
         problem = f"{os.path.join(path, LATEST)}: is missing or does not name a step-* folder"
         if not folders:
-            raise CheckpointError(f"{problem}, and there is no checkpoint beside it; resume from a step-* folder "
+            raise CheckpointError(f"{problem}, and there is no checkpoint beside it; give a step-* folder "
                                   "by its path")
         warn(f"{problem}; resuming from the newest checkpoint there, {folders[0]}")
     for i, folder in enumerate(folders):
@@ -273,7 +273,7 @@ def find_resume(path, warn=_warn):
             if not fallback:
                 raise
             if i + 1 == len(folders):
-                raise CheckpointError(f"--resume {path}: no checkpoint there checks out; the oldest: {e}") from None
+                raise CheckpointError(f"{path}: no checkpoint there checks out; the oldest: {e}") from None
             warn(f"{e}; resuming from {folders[i + 1]}, the checkpoint before it")
 
 
@@ -289,38 +289,38 @@ def read_manifest(folder):
         ok = _body_crc(body) == doc["crc32"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"{path}: cannot be read ({type(e).__name__}: {e}); the checkpoint is corrupt, "
-                              "resume from another one") from None
+                              "use another checkpoint") from None
     if not ok:
         raise CheckpointError(f"{path}: its checksum does not match its contents; the checkpoint is corrupt, "
-                              "resume from another one")
+                              "use another checkpoint")
     if body.get("format") != FORMAT or body.get("version") != VERSION:
         raise CheckpointError(f"{path}: format {body.get('format')!r} version {body.get('version')!r}, not "
                               f"{FORMAT!r} version {VERSION}")
     for key in ("files", "config"):  # a manifest that checks out but was written by something else
         if not isinstance(body.get(key), dict):
             raise CheckpointError(f"{path}: its {key!r} is {type(body.get(key)).__name__}, not a table; the "
-                                  "manifest was not written by gpuemb, resume from another checkpoint")
+                                  "manifest was not written by gpuemb, use another checkpoint")
     sharded = body.get("sharded")
     if type(body.get("step")) is not int or body["step"] < 0 or sharded is not None and not (
             isinstance(sharded, dict) and type(sharded.get("world_size")) is int and sharded["world_size"] >= 1
             and isinstance(sharded.get("collections"), list) and all(
                 isinstance(n, str) and os.path.basename(n) == n for n in sharded["collections"])):
         raise CheckpointError(f"{path}: its step {body.get('step')!r} or sharded {sharded!r} is not what gpuemb "
-                              "writes; the manifest was not written by gpuemb, resume from another checkpoint")
+                              "writes; the manifest was not written by gpuemb, use another checkpoint")
     for name, want in body["files"].items():
         if os.path.basename(name) != name or not isinstance(want, dict) or type(want.get("bytes")) is not int \
                 or type(want.get("crc32", 0)) is not int:
             raise CheckpointError(f"{path}: its entry of file {name!r} is {want!r}, not the file's size and CRC32; "
-                                  "the manifest was not written by gpuemb, resume from another checkpoint")
+                                  "the manifest was not written by gpuemb, use another checkpoint")
         file = os.path.join(folder, name)
         if not os.path.isfile(file):
-            raise CheckpointError(f"{file}: is missing; the checkpoint is incomplete, resume from another one")
+            raise CheckpointError(f"{file}: is missing; the checkpoint is incomplete, use another checkpoint")
         if os.path.getsize(file) != want["bytes"]:
             raise CheckpointError(f"{file}: is {os.path.getsize(file)} bytes, the manifest says {want['bytes']}; "
-                                  "the checkpoint is truncated or corrupt, resume from another one")
+                                  "the checkpoint is truncated or corrupt, use another checkpoint")
         if "crc32" in want and _crc32(file) != want["crc32"]:
             raise CheckpointError(f"{file}: its CRC32 does not match the manifest's; the checkpoint is corrupt, "
-                                  "resume from another one")
+                                  "use another checkpoint")
     for name in body["files"]:
         if name != STATE:
             _check_origin(os.path.join(folder, name), body)
@@ -337,12 +337,12 @@ def _check_origin(path, body):
     try:
         meta = read_snapshot(path, verify=False).meta
     except SnapshotError as e:
-        raise CheckpointError(f"{e}; resume from another checkpoint") from None
+        raise CheckpointError(f"{e}; use another checkpoint") from None
     keys = ("step", "checkpoint") if "checkpoint" in body else ("step",)
     if any(meta.get(k) != body[k] for k in keys):
         said = lambda d: ", ".join(f"{k} {d.get(k)!r}" for k in keys)  # noqa: E731
         raise CheckpointError(f"{path}: holds the tables of {said(meta)}, but its manifest is of {said(body)}; a "
-                              "file of another checkpoint was copied in, resume from another one")
+                              "file of another checkpoint was copied in, use another checkpoint")
 
 
 def check_config(body, config, folder):
@@ -381,7 +381,7 @@ def read_state(folder):
                      "loader": attrs["loader"], "loop": trainer}
     except (OSError, KeyError, ValueError, TypeError, AttributeError, RecursionError) as e:
         raise CheckpointError(f"{path}: cannot be read ({type(e).__name__}: {e}); the checkpoint is corrupt, "
-                              "resume from another one") from None
+                              "use another checkpoint") from None
     return state
 
 
@@ -393,7 +393,7 @@ def _json_attr(f, name, path):
 def _expect(ok, path, name, what):
     if not ok:
         raise CheckpointError(f"{path}: attribute {name!r} is not what gpuemb writes: {what}; the checkpoint is "
-                              "corrupt, resume from another one")
+                              "corrupt, use another checkpoint")
 
 
 def _datasets(group, prefix=""):
@@ -422,4 +422,4 @@ def restore_tables(folder, manifest, model):
         for prefix, collection in collections_of(model, ShardedEmbeddingCollection):
             load_sharded(collection, files(prefix))
     except (SnapshotError, ValueError) as e:
-        raise CheckpointError(f"{e}; resume from another checkpoint") from None
+        raise CheckpointError(f"{e}; use another checkpoint") from None

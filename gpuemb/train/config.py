@@ -45,8 +45,6 @@ class TrainConfig:
     def __post_init__(self):
         # the combinations across sections; each section checked its own when it was made
         self.data.check_synthetic(self.data.synthetic and not (self.model.name == "mmoe" and self.data.source is None))
-        if self.run.seed >= 2 ** 64:  # the synthetic data, the tables' initializer and the shuffle take 64 bits
-            raise ConfigError(f"--seed: {self.run.seed} does not fit in 64 bits; use a seed below 2**64")
         o = self.optimization
         if o.precision == "fp16" and self.distributed.sharding == "column" and o.embedding_optimizer == "rowwise_adagrad":
             raise ConfigError("--sharding: column shards under rowwise_adagrad exchange their squared-gradient sums "

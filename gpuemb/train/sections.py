@@ -234,7 +234,8 @@ class OutputSettings(Section):
 
 @dataclass(frozen=True)
 class RunSettings(Section):
-    seed: int = setting(0, "seeds the model, the data order and the synthetic data", low=0)
+    # the synthetic data, the tables' initializer and the shuffle take 64 bits
+    seed: int = setting(0, "seeds the model, the data order and the synthetic data", low=0, high=2 ** 64 - 1)
     device: str = setting(None, "overrides GPUEMB_DEVICE (default: GPUEMB_DEVICE, else auto)",
                           choices=backend.DEVICES, resumable=True)
     pipeline: bool = setting(True, "prepare each batch after the last one computed, instead of "

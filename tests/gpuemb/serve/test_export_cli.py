@@ -64,7 +64,7 @@ def test_exported_checkpoint_predicts_its_model(name, checkpoints, tmp_path):
 
 @pytest.mark.parametrize("args, words, code", [
     (["--rows", "int4"], "invalid choice: 'int4'", 2),
-    ([], "nothing holds no checkpoint", 1),
+    ([], "nothing: holds no checkpoint", 1),
 ])
 def test_bad_arguments_are_one_line(args, words, code, tmp_path):
     run = _cli("export.py", tmp_path / "nothing", "--out", tmp_path / "b", *args)

@@ -102,7 +102,7 @@ def test_resume_latest_falls_back_to_the_newest_checkpoint_that_checks_out(tmp_p
 def test_resume_fails_in_one_line_when_no_checkpoint_checks_out(tmp_path, saved):
     for step in ("step-000000002", "step-000000004"):
         flip_byte(saved / step / "state.h5")
-    with pytest.raises(CheckpointError, match=r"--resume .*ckpt: no checkpoint there checks out; the oldest: .*"
+    with pytest.raises(CheckpointError, match=r"ckpt: no checkpoint there checks out; the oldest: .*"
                                               r"step-000000002/state.h5: its CRC32"):
         resume(tmp_path)
 
