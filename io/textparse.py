@@ -164,7 +164,8 @@ def parse_block(buf, starts, ends, delim, roles, kinds, slots, pos_tok, pos_off,
     in [0, 1]). ``log1p``: dense values become ``log1p(max(x, 0))``.
 
     ``reason[i]`` (zeros on entry) gets a code (OK for a good line). Only for a bad line, ``where[i]`` gets the
-    offending field's index and byte range, or for a wrong field count the count found. A trailing carriage return is dropped.
+    offending field's index and byte range, or for a wrong field count the count found. A trailing carriage return
+    is dropped.
     """
     nf = roles.size
     salts = np.empty(nf, np.uint64)

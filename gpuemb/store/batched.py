@@ -23,6 +23,7 @@ import json
 import numpy as np
 
 from gpuemb.autograd import backend
+from gpuemb.key_types import integer_keys
 
 from .mixing import feature_keys, unmixed
 from .table import EmbeddingTable
@@ -86,8 +87,10 @@ class BatchedTable:
     held = property(lambda self: self.store.held)
     dropped = property(lambda self: self.store.dropped)
 
-    def mixed(self, keys):
-        """This table's ``keys`` as the store holds them, and their tags, on the keys' device."""
+    def mixed(self, keys, method):
+        """This table's ``keys`` as the store holds them, and their tags, on the keys' device; ``method`` names the
+        caller in errors."""
+        keys = integer_keys(keys, f"{self.config.name}.{method}")
         keys = backend.to_device(keys, np.int64) if backend.is_device_array(keys) else np.asarray(keys, np.int64)
         xp = backend.get_array_module(keys)
         return feature_keys(keys, self.tag), xp.full(keys.shape, self.tag, np.int32)
@@ -97,18 +100,18 @@ class BatchedTable:
 
     def lookup(self, keys, offsets=None, mode=None, insert=True, weights=None):
         """As ``EmbeddingTable.lookup``, on this table's keys."""
-        keys, tags = self.mixed(keys)
+        keys, tags = self.mixed(keys, "lookup")
         return self.store.lookup(keys, offsets, mode, insert, weights, tags)
 
     def room(self):
         return self.store.room()
 
     def prefetch(self, keys, room=None):
-        keys, tags = self.mixed(keys)
+        keys, tags = self.mixed(keys, "prefetch")
         return self.store.prefetch(keys, room, tags)
 
     def export(self, keys=None, chunk=1 << 16):
-        mine = None if keys is None else self.mixed(np.asarray(keys, np.int64))[0]
+        mine = None if keys is None else self.mixed(keys, "export")[0]
         for k, rows, steps in self.store.export(mine, chunk, self.tag):
             yield unmixed(k, self.tag), rows, steps
 
@@ -117,7 +120,7 @@ class BatchedTable:
             yield unmixed(k, self.tag)
 
     def import_rows(self, keys, rows, steps):
-        keys, tags = self.mixed(np.asarray(backend.to_host(keys), np.int64))
+        keys, tags = self.mixed(backend.to_host(keys), "import_rows")
         self.store.import_rows(keys, rows, steps, tags)
 
     def dirty_keys(self):
@@ -127,7 +130,7 @@ class BatchedTable:
         self.store.clear_dirty(self.tag)
 
     def delete(self, keys):
-        return self.store.delete(self.mixed(np.asarray(backend.to_host(keys), np.int64))[0])
+        return self.store.delete(self.mixed(backend.to_host(keys), "delete")[0])
 
     def evict(self, rule=None):
         raise ValueError(f"{self.config.name}.evict: a table batched with others evicts nothing; give it an evict "

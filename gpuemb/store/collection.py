@@ -18,6 +18,7 @@ from gpuemb.autograd import backend, concat
 from gpuemb.autograd.backend import get_array_module
 from gpuemb.autograd.ops.shape import take
 from gpuemb.io.jagged import JaggedFeatures
+from gpuemb.key_types import integer_keys
 from gpuemb.kernels.embedding_bag import MODES
 from gpuemb.nn.module import Module
 
@@ -45,6 +46,7 @@ def mixed_keys(sparse, n_features, shared, owner, note=""):
     """``sparse [B, F]`` as the int64 keys the tables hold, on the device it came from (a device batch's keys never
     leave it): each feature's keys mixed with its index where the ``n_features`` features share one table;
     ``owner`` names the caller and ``note`` adds to the shape error."""
+    sparse = integer_keys(sparse, f"{owner}: sparse")
     xp = get_array_module(sparse)
     sparse = sparse.astype(np.int64, copy=False) if backend.is_device_array(sparse) else np.asarray(sparse, np.int64)
     if sparse.ndim != 2 or sparse.shape[1] != n_features:
@@ -227,7 +229,8 @@ class EmbeddingCollection(Module):
         """The one store's lookup of ``JaggedFeatures``, as they are (feature-major): the key space of each key
         from the bag it is in, on the device, nothing read back."""
         xp, B = get_array_module(jagged.values), jagged.batch_size
-        keys, offsets = jagged.values.astype(np.int64, copy=False), jagged.offsets.astype(np.int64, copy=False)
+        keys = integer_keys(jagged.values, "EmbeddingCollection: JaggedFeatures values")
+        keys, offsets = keys.astype(np.int64, copy=False), jagged.offsets.astype(np.int64, copy=False)
         if part.spaces is None:
             return part, keys, offsets, jagged.weights, None
         feature = (xp.searchsorted(offsets, xp.arange(keys.shape[0]), side="right") - 1) // B
@@ -285,7 +288,8 @@ def _host_bag(feature, bag):
     if len(bag) not in (2, 3):
         raise ValueError(f"EmbeddingCollection: feature {feature}'s bag has {len(bag)} parts; give (keys, offsets) "
                          "or (keys, offsets, weights)")
-    keys, offsets = (np.asarray(backend.to_host(a), np.int64) for a in bag[:2])
+    keys = np.asarray(integer_keys(backend.to_host(bag[0]), f"EmbeddingCollection: feature {feature}'s bag"), np.int64)
+    offsets = np.asarray(backend.to_host(bag[1]), np.int64)
     weights = np.asarray(backend.to_host(bag[2]), np.float64) if len(bag) == 3 else None
     if weights is not None and weights.shape != keys.shape:
         raise ValueError(f"EmbeddingCollection: feature {feature} has weights of shape {weights.shape} for keys of "

@@ -19,6 +19,7 @@ import numpy as np
 
 from gpuemb.autograd import Tensor, backend, is_grad_enabled
 from gpuemb.autograd.backend import to_host
+from gpuemb.key_types import integer_keys
 from gpuemb.kernels.embedding_bag import MODES, EmbeddingBagFunction, embedding_bag
 from gpuemb.kernels.unique import unique_keys
 from gpuemb.optim import update_rows
@@ -129,7 +130,7 @@ class EmbeddingTable:
         resumed run would not equal an unbroken one. ``tags``: as ``lookup`` takes them. ``copy=False``: the keys
         are the caller's own and will not change before the lookup (a collection's, whose lookup passes the same
         array, so the lookup knows it without comparing them)."""
-        keys = backend.to_device(keys, np.int64)
+        keys = backend.to_device(integer_keys(keys, f"{self.config.name}.prefetch"), np.int64)
         if copy or not backend.is_device_array(keys):  # the caller's may change before the lookup
             keys = backend.xp.array(keys)
         unique, inverse = unique_keys(keys)
@@ -167,6 +168,7 @@ class EmbeddingTable:
         ``tags [N]`` (int32, on the keys' device), in a store of several tables: the table each key is of, its
         keys mixed with that index (``mixing.feature_keys``).
         """
+        keys = integer_keys(keys, f"{self.config.name}.lookup")
         _check_pooling(self.config.name, keys, offsets, mode, weights)
         # On the device from here on: device keys stay there (nothing below reads them back), host keys go up once.
         keys = backend.to_device(keys, np.int64)
@@ -307,7 +309,7 @@ class EmbeddingTable:
     def delete(self, keys):
         """Drop ``keys`` as ``evict`` drops keys (absent ones are ignored; pinned ones are kept), and their pending
         admission counts; returns how many rows were dropped."""
-        keys = backend.unique(np.asarray(to_host(keys), np.int64).ravel())
+        keys = backend.unique(np.asarray(to_host(integer_keys(keys, f"{self.config.name}.delete")), np.int64).ravel())
         with self._lock:
             if self.admission is not None:
                 self.admission.forget(keys)
@@ -389,7 +391,7 @@ class EmbeddingTable:
         if keys is None:
             pairs = (pair for pair in self.home.index.items(chunk))
         else:
-            keys = np.asarray(keys, np.int64)
+            keys = np.asarray(integer_keys(keys, f"{self.config.name}.export"), np.int64)
             pairs = ((keys[i:i + chunk], self.home.locate(keys[i:i + chunk])) for i in range(0, keys.size, chunk))
         for k, s in pairs:
             k, s = self._of_table(to_host(k), to_host(s), table)
@@ -416,7 +418,7 @@ class EmbeddingTable:
     def import_rows(self, keys, rows, steps, tags=None):
         """Set the full rows ``[n, width]`` and update counts ``[n]`` of ``keys`` (inserting absent ones; of
         tables ``tags`` in a store of several)."""
-        keys = np.asarray(to_host(keys), np.int64)
+        keys = np.asarray(to_host(integer_keys(keys, f"{self.config.name}.import_rows")), np.int64)
         for level in self.levels[:-1]:
             level.drop(keys)  # the cached copies are older than what is imported
         home = self.home
