@@ -4,6 +4,11 @@
 a table have their keys mixed with the feature's index first, as in training; a key the tables never saw reads
 its initial weights, as the training model's eval does), then runs the ONNX graph on ``[dense, embeddings,
 first-order weights]``: with the NumPy interpreter of ``onnx_numpy.py`` or with onnxruntime.
+
+A request that does not fit is one ``BundleError`` line, never a wrong answer: keys that are not integers (the
+store's own check, ``gpuemb/key_types.py``), a ragged list, dense values that are not finite numbers (training never
+saw one: the readers skip such lines), wrong shapes, and a batch too large for memory. An empty batch is answered
+with an empty result.
 """
 import importlib.util
 import os
@@ -11,6 +16,8 @@ import os
 import h5py
 import numpy as np
 import onnx
+
+from gpuemb.key_types import KeyTypeError, integer_keys
 
 from .errors import BundleError
 from .keys import table_keys
@@ -38,6 +45,35 @@ def _runtime(name, model):
     return name, lambda feed: session.run(outputs, feed)
 
 
+class KeyTypeBundleError(BundleError, KeyTypeError):
+    """Keys given to ``predict`` that are not integers: a BundleError, as every bad request is, and the store's
+    KeyTypeError, with its message."""
+
+
+def _array(x, name, shape):
+    """``x`` as a NumPy array; a list NumPy cannot stack (rows of different lengths) is one BundleError line."""
+    try:
+        return np.asarray(x)
+    except (ValueError, TypeError):
+        raise BundleError(f"predict: {name} is a {type(x).__name__} whose rows do not stack into one array (rows "
+                          f"of different lengths?); give one array {shape}") from None
+
+
+def _finite(dense):
+    """``dense`` as float32, or a BundleError naming its first value that is not a finite float32."""
+    if dense.dtype.kind not in "biuf":
+        raise BundleError(f"predict: dense is {dense.dtype}; want numbers [B, n_dense], float32")
+    with np.errstate(over="ignore"):  # a float64 past float32's range becomes inf, refused below
+        out = dense.astype(np.float32, copy=False)
+    bad = ~np.isfinite(out)
+    if bad.any():
+        r, c = np.argwhere(bad)[0]
+        raise BundleError(f"predict: dense[{r}, {c}] is {dense[r, c].item()!r}, not a finite float32; the model "
+                          "never saw one (the readers skip such lines), so replace it (an empty field reads as 0) or "
+                          "leave the row out")
+    return out
+
+
 class Predictor:
     """The bundle in folder ``path``. ``host_cache_rows``: None loads every row into memory; n reads rows from
     ``tables.h5`` on demand through an LRU of at most n rows per table. ``runtime``: "numpy", "onnxruntime", or
@@ -60,6 +96,8 @@ class Predictor:
             raise BundleError(f"{path}: the bundle cannot be loaded ({type(e).__name__}: {e}); export it again "
                               "with tools/export.py") from None
         self.inputs = [i.name for i in model.graph.input]
+        # an output's shape past the batch: () for logits [B], (T,) for [B, T]; an empty batch's answer has it
+        self._task_shape = tuple(d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim[1:])
 
     def close(self):
         self._file.close()
@@ -72,15 +110,16 @@ class Predictor:
 
     def _check(self, dense, sparse):
         m = self.manifest
-        sparse = np.asarray(sparse)
-        if sparse.ndim != 2 or sparse.shape[1] != m["n_features"] or sparse.dtype.kind not in "iu":
+        sparse = _array(sparse, "sparse", f"[B, F] with F = {m['n_features']}")
+        sparse = integer_keys(sparse, "predict: sparse", KeyTypeBundleError)
+        if sparse.ndim != 2 or sparse.shape[1] != m["n_features"]:
             raise BundleError(f"predict: sparse is {sparse.dtype} of shape {sparse.shape}; want integer keys "
                               f"[B, F] with F = {m['n_features']}, one key per sparse feature")
-        dense = np.asarray(dense, np.float32)
+        dense = _array(dense, "dense", f"[B, n_dense] with n_dense = {m['n_dense']}")
         if dense.shape != (sparse.shape[0], m["n_dense"]):
             raise BundleError(f"predict: dense has shape {dense.shape}; want [B, n_dense] = [{sparse.shape[0]}, "
                               f"{m['n_dense']}] (B from the sparse keys)")
-        return dense, sparse.astype(np.int64)
+        return _finite(dense), sparse.astype(np.int64)
 
     def embed(self, sparse):
         """``{graph input: array}`` of the looked-up weights: ``embeddings [B, F, D]`` (and ``first_order``)."""
@@ -95,9 +134,16 @@ class Predictor:
 
     def predict(self, dense, sparse, probabilities=False):
         """The model's eval output for ``dense [B, n_dense]`` and ``sparse [B, F]``: logits ``[B]`` (``[B, T]`` for
-        several tasks), or with ``probabilities`` their sigmoid."""
-        dense, sparse = self._check(dense, sparse)
-        feed = self.embed(sparse)
-        if "dense" in self.inputs:
-            feed["dense"] = dense
-        return self._run(feed)[1 if probabilities else 0]
+        several tasks), or with ``probabilities`` their sigmoid. An empty batch (B = 0) gives an empty float32
+        result of that shape."""
+        try:
+            dense, sparse = self._check(dense, sparse)
+            if sparse.shape[0] == 0:
+                return np.zeros((0, *self._task_shape), np.float32)
+            feed = self.embed(sparse)
+            if "dense" in self.inputs:
+                feed["dense"] = dense
+            return self._run(feed)[1 if probabilities else 0]
+        except MemoryError:
+            raise BundleError(f"predict: a batch of {len(sparse)} rows does not fit in memory; predict it in "
+                              "smaller batches") from None
