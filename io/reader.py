@@ -37,6 +37,9 @@ class ReadOptions:
             raise ValueError(f"ReadOptions.block_bytes={self.block_bytes} is too small; use at least 1024")
         if self.max_reported < 0:
             raise ValueError(f"ReadOptions.max_reported={self.max_reported} must be >= 0")
+        if not isinstance(self.soft_labels, bool):
+            raise ValueError(f"ReadOptions.soft_labels={self.soft_labels!r}; give True (labels in [0, 1]) or False "
+                             "(0 or 1)")
         return self
 
 

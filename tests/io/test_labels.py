@@ -115,3 +115,8 @@ def test_parquet_labels_follow_the_same_rule(tmp_path, rng):
                            ReadOptions(max_reported=0))
     np.testing.assert_array_equal(Batch.concat(list(reader)).label, [0, 1, 1])
     assert reader.report.reasons == {REASONS[NOT_BINARY]: 2}
+
+
+def test_soft_labels_must_be_a_bool():
+    with pytest.raises(ValueError, match="ReadOptions.soft_labels='yes'; give True"):
+        ReadOptions(soft_labels="yes").validate()

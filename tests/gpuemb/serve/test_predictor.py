@@ -62,15 +62,19 @@ def test_bad_requests(bundle):
         _one_line(e, *words)
 
 
-def test_an_empty_batch_gives_an_empty_result(bundle, held_out):
-    folder, _ = bundle
+@pytest.mark.parametrize("name, hyper, shared", [("wide_deep", HYPER, False),
+                                                ("dlrm", {"bottom": (8,), "top": (8,)}, True),
+                                                ("mmoe", {"expert": (8,), "tower": (4,)}, False)])
+def test_an_empty_batch_gives_an_empty_result(train, held_out, tmp_path, name, hyper, shared):
+    """[0] or [0, T], float32, as a full batch's: a shared table's keys once failed to reshape."""
+    write_bundle(train(name, hyper, shared, steps=2), tmp_path / "b")
     dense, sparse = held_out(rows=16)
-    with Predictor(folder, runtime="numpy") as p:
+    with Predictor(tmp_path / "b", runtime="numpy") as p:
         full = p.predict(dense, sparse)
         for probabilities in (False, True):
             empty = p.predict(dense[:0], sparse[:0], probabilities)
             assert empty.shape == (0,) + full.shape[1:] and empty.dtype == full.dtype
-        assert p.predict(np.empty((0, 4)), np.empty((0, 8), np.uint8)).shape == (0,)
+        assert p.predict(np.empty((0, 4)), np.empty((0, 8), np.uint8)).shape == (0,) + full.shape[1:]
 
 
 def test_ragged_or_non_numeric_inputs_are_one_line(bundle, held_out):
