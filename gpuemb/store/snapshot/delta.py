@@ -5,7 +5,8 @@ A delta file is a snapshot (``format.py``: CRC per chunk, written to a temp file
 ``"delta"``: each table's group holds the rows inserted or updated since its marker, as a full snapshot holds
 rows, and a ``deleted`` dataset of the keys dropped since then; its meta records ``since`` and ``until``, the
 markers it spans. A base snapshot taken at a marker, then the deltas of consecutive markers applied in order,
-give the live table, keys, rows and steps.
+give the live table, keys, rows and steps. A delta whose ``deleted`` is missing (its name damaged, say) is refused:
+applied without it, the consumer would keep the keys the live table dropped.
 """
 import os
 from collections.abc import Mapping
@@ -60,9 +61,7 @@ def apply_delta(tables, path):
             pass
         part.extra("deleted")
     for name, t in tables.items():
-        deleted = parts[name].extra("deleted")
-        if deleted is not None:
-            t.delete(deleted)
+        t.delete(parts[name].extra("deleted"))  # a delta's table without it is a SnapshotError (reader.py)
         for keys, rows, steps in parts[name].chunks():
             if keys.size:
                 t.import_rows(keys, rows, steps)

@@ -1,14 +1,17 @@
 """The snapshot format: keys, rows and config of embedding tables in one HDF5 file (docs/design.md, "Snapshots
 and checkpoints"), and what a writer and a reader of it share.
 
-A snapshot is plain HDF5 (docs/store.md, "Snapshot format"). File attributes: ``format`` = "gpuemb-snapshot",
-``version`` = 2, ``id`` (a fresh hex id), ``kind`` ("full", "incremental" or "delta"), ``base`` (the id an incremental
-applies on, "" for a full one), ``created`` (UTC, ISO 8601), ``meta`` (JSON) and ``attrs_crc32``, the CRC32 of
-every other attribute of the file and its tables (``attrs_crc``; version 1, which had none, still reads). Each
-table is a group ``/tables/<name>`` with attributes ``config`` and ``layout`` (JSON: ``{part: [start, stop]}`` of
-the row columns, weights first), ``part_dtypes`` (JSON: ``{part: dtype}``, what each part's columns read as: a
-float16 table keeps float32 state as pairs of 16-bit columns, see ``row_format.py``), ``n_rows``, ``chunk_rows``
-and ``has_steps``, and these datasets, all but ``checksums`` chunked by ``chunk_rows`` rows:
+A snapshot is plain HDF5 (docs/store.md, "Snapshot format") behind a seal (``seal.py``, from version 3): a 512-byte
+user block holding the CRC32 and length of the rest of the file, checked with plain reads before h5py opens it, as
+libhdf5 crashes or loops forever on some damaged metadata. File attributes: ``format`` = "gpuemb-snapshot",
+``version`` = 3, ``id`` (a fresh hex id), ``kind`` ("full", "incremental" or "delta"), ``base`` (the id an
+incremental applies on, "" for a full one), ``created`` (UTC, ISO 8601), ``meta`` (JSON) and ``attrs_crc32``, the
+CRC32 of every other attribute of the file and its tables (``attrs_crc``). Each table is a group ``/tables/<name>``
+with attributes ``config`` and ``layout`` (JSON: ``{part: [start, stop]}`` of the row columns, weights first),
+``part_dtypes`` (JSON: ``{part: dtype}``, what each part's columns read as: a float16 table keeps float32 state as
+pairs of 16-bit columns, see ``row_format.py``), ``extras`` (JSON: the names of the ``EXTRAS`` it holds),
+``n_rows``, ``chunk_rows`` and ``has_steps``, and these datasets, all but ``checksums`` chunked by ``chunk_rows``
+rows:
 
 ========= ============== ===================== ===================================================
 dataset   dtype          shape                 holds
@@ -22,7 +25,13 @@ checksums uint32         ``[n_chunks, 3]``     CRC32 of chunk i's keys, rows and
 Chunk i holds rows ``i * chunk_rows`` up to ``min((i + 1) * chunk_rows, n_rows)``, and its checksums cover
 the bytes of exactly those rows in C order. The file is written beside its target as a temp file, synced, and
 renamed over it, so the target is always a whole snapshot; a temp file left by a killed process is named
-``.<name>.tmp-*``. Readers check the structure when opening and every chunk's checksums as they read it.
+``.<name>.tmp-*``. Readers check the seal, then the structure when opening, and every chunk's checksums as they
+read it.
+
+Text attributes are fixed-length strings, held in the object header (version 3): h5py writes a str as a
+variable-length string, kept in the file's global heap, which libhdf5 walks unchecked. Older versions still read:
+1 (no attribute checksum), 2 (variable-length strings, no seal, no ``extras``: a table holds the extras whose
+datasets or checksum datasets it has, and a delta's tables hold ``deleted``).
 """
 import json
 import zlib
@@ -32,17 +41,20 @@ import numpy as np
 
 from gpuemb.store.errors import StoreError
 
-FORMAT, VERSION = "gpuemb-snapshot", 2
-READS = (1, 2)  # the versions a reader takes: 1 lacks the attributes' checksum
+FORMAT, VERSION = "gpuemb-snapshot", 3
+READS = (1, 2, 3)  # the versions a reader takes: 1 lacks the attributes' checksum, 1 and 2 the seal
+SEALED = (3,)  # the versions written with a seal, fixed-length texts and the ``extras`` attribute
 PARTS = ("keys", "rows", "steps")
 # Optional int64 datasets of a table beside its rows, each with ``<name>_checksums`` (CRC32 per ``chunk_rows``
 # rows): ``pending`` [n, 3] (key, count, clock mod 2**23 when last counted; [n, 2] before that was kept), the
 # admission counts of keys without a row; ``ticks`` [n, 2], (key, tick)
 # of the last update of each key the snapshot holds a row of; ``deleted`` [n], a delta's keys deleted or evicted
-# since its marker. A reader that predates them never sees them: they are new datasets.
+# since its marker. A reader that predates them never sees them: they are new datasets. From version 3 the group's
+# ``extras`` attribute names those it holds, and a reader requires each named one.
 EXTRAS = ("pending", "ticks", "deleted")
 KINDS = ("full", "incremental", "delta")
 ATTRS_CRC = "attrs_crc32"
+RESTORE = "restore from another snapshot or write this one again"  # what to do about a bad file
 MAX_DEPTH = 32  # of the JSON in a file's attributes: configs are a few levels deep, and deeper ones crash parsers
 
 

@@ -1,5 +1,6 @@
 """Writing a snapshot (``format.py``): each table streamed to HDF5 a chunk at a time, into a temp file that is
-synced and renamed over the target, so the target is always a whole snapshot."""
+sealed (``seal.py``: the CRC32 of the whole file, read back once HDF5 has closed it), synced and renamed over the
+target, so the target is always a whole snapshot."""
 import json
 import os
 import uuid
@@ -8,13 +9,16 @@ from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from itertools import chain
 
+import h5py
 import numpy as np
 
 from gpuemb.autograd.backend import to_host
 from gpuemb.autograd.plain import plain
 from gpuemb.io.h5output import H5Output
+from gpuemb.io.shard_attrs import put_text
 
 from .format import ATTRS_CRC, EXTRAS, FORMAT, PARTS, VERSION, attrs_crc, layout_spans
+from .seal import USERBLOCK, seal
 
 
 class _TableWriter:
@@ -29,9 +33,10 @@ class _TableWriter:
         if self.dtype.kind != "f":
             raise ValueError(f"{self.where}: rows are {self.dtype}; want float32 or float16")
         self.g = g = group.create_group(name)
-        g.attrs["config"] = json.dumps(plain(table.config, f"{self.where}: config"))
-        g.attrs["layout"] = json.dumps(layout_spans(table.layout, self.where))
-        g.attrs["part_dtypes"] = json.dumps({p: str(self.dtype) for p in table.layout} | (table.part_dtypes or {}))
+        put_text(g.attrs, "config", json.dumps(plain(table.config, f"{self.where}: config")))
+        put_text(g.attrs, "layout", json.dumps(layout_spans(table.layout, self.where)))
+        put_text(g.attrs, "part_dtypes",
+                 json.dumps({p: str(self.dtype) for p in table.layout} | (table.part_dtypes or {})))
         g.attrs["chunk_rows"], g.attrs["has_steps"] = c, steps is not None
         if table.clock is not None:
             g.attrs["clock"] = int(table.clock)
@@ -74,6 +79,21 @@ class _TableWriter:
             self._flush()
         self.g.create_dataset("checksums", data=np.array(self.sums, np.uint32).reshape(-1, 3))
         self.g.attrs["n_rows"] = self.n
+
+
+def _output(tmp, path):
+    """An H5Output at ``tmp`` whose file starts with a user block for the seal. H5Output makes its file without one,
+    so the file is made again through the same disk, which never fails. Attributes are stored as HDF5 1.8 does:
+    one too long for the object header (a large meta) goes to dense storage, where 1.6's format refuses it."""
+    out = H5Output(tmp, path)
+    try:
+        out.file.close()
+        out.disk.truncate(0)  # HDF5 creating a file over a file object reads what is there instead of emptying it
+        out.file = h5py.File(out.disk, "w", userblock_size=USERBLOCK, libver=("v108", "v108"))
+    except BaseException:
+        out.close(check=False)
+        raise
+    return out
 
 
 def _write_extra(group, name, values, c):
@@ -124,17 +144,20 @@ def write_snapshot(path, tables, incremental=False, base=None, meta=None, chunk_
     snapshot_id = uuid.uuid4().hex
     with _atomic(path) as tmp:
         try:
-            out = H5Output(tmp, path)
+            out = _output(tmp, path)
         except OSError as e:
             raise OSError(e.errno, f"write_snapshot: cannot create {tmp} ({e.strerror}); pass a path in a writable "
                                    "folder that exists") from None
         with out:
             f = out.file
             a = f.attrs
-            a["format"], a["version"], a["id"] = FORMAT, VERSION, snapshot_id
-            a["kind"], a["base"] = ("incremental", base) if incremental else ("delta" if delta else "full", "")
-            a["created"] = datetime.now(timezone.utc).isoformat()
-            a["meta"] = json.dumps(plain(meta or {}, f"write_snapshot({path}): meta"))
+            a["version"] = VERSION
+            kind, base = ("incremental", base) if incremental else ("delta" if delta else "full", "")
+            texts = {"format": FORMAT, "id": snapshot_id, "kind": kind, "base": base,
+                     "created": datetime.now(timezone.utc).isoformat(),
+                     "meta": json.dumps(plain(meta or {}, f"write_snapshot({path}): meta"))}
+            for name, text in texts.items():
+                put_text(a, name, text)
             group = f.create_group("tables")
             for name, table in tables.items():
                 if not name or "/" in name or name in (".", ".."):
@@ -152,5 +175,7 @@ def write_snapshot(path, tables, incremental=False, base=None, meta=None, chunk_
                         raise ValueError(f"write_snapshot({path}): table {name!r} has extra {extra!r}; the "
                                          f"format keeps {', '.join(EXTRAS)}")
                     _write_extra(writer.g, extra, values, chunk_rows)
+                put_text(writer.g.attrs, "extras", json.dumps(list(table.extras or {})))
             a[ATTRS_CRC] = attrs_crc(f)
+        seal(tmp, VERSION)
     return snapshot_id

@@ -9,7 +9,8 @@ from gpuemb.autograd import no_grad
 from gpuemb.distributed import ShardedEmbeddingCollection, load_sharded, load_sharded_tables, save_sharded, shard_path
 from gpuemb.sharding import Placement, Plan, RankBudget, Shard, TableSpec
 from gpuemb.store.options import TableConfig
-from gpuemb.store.snapshot import SnapshotError, save_snapshot
+from gpuemb.store.snapshot import VERSION, SnapshotError, save_snapshot
+from gpuemb.store.snapshot.seal import seal
 from gpuemb.store.table import EmbeddingTable
 
 D = 4
@@ -76,15 +77,19 @@ def test_a_save_that_fails_raises_its_own_error(saved, tmp_path):
         save_sharded(c, tmp_path / "refused", wrap=refuse)
 
 
-def test_a_corrupt_chunk_loads_nothing(saved):
+@pytest.mark.parametrize("resealed, message", [(False, "the CRC32 of its .* bytes after the seal"),
+                                               (True, "table 'b', chunk 0 .*the rows checksum")])
+def test_a_corrupt_chunk_loads_nothing(saved, resealed, message):
     _, path = saved
     with h5py.File(path) as f:
         info = f["tables/b/rows"].id.get_chunk_info(0)  # the last table: "a" would load first, unchecked
     with open(path, "r+b") as fh:
         fh.seek(info.byte_offset + 3)
         fh.write(b"\xff\xff")
+    if resealed:  # so that the chunk's own checksum is what catches it
+        seal(path, VERSION)
     fresh = collection()
-    with pytest.raises(SnapshotError, match="table 'b', chunk 0 .*the rows checksum"):
+    with pytest.raises(SnapshotError, match=message):
         load_sharded(fresh, [path])
     assert [len(t) for t in fresh.tables] == [0, 0]
 

@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 
 from gpuemb.autograd.backend import to_host
-from gpuemb.store.snapshot import (FORMAT, SnapshotChain, SnapshotError, TableSnapshot, read_snapshot,
+from gpuemb.store.snapshot import (FORMAT, VERSION, SnapshotChain, SnapshotError, TableSnapshot, read_snapshot,
                                    write_snapshot, writer)
+from gpuemb.store.snapshot.seal import seal
+
+from .snapshot_files import resealed
 
 ADAM = {"weights": [0, 4], "m": [4, 8], "v": [8, 12]}
 ADAGRAD = {"weights": slice(0, 6), "sum_sq": slice(6, 7)}  # as optim.rowwise.row_layout gives it
@@ -187,6 +190,7 @@ def test_flipped_bytes_in_a_chunk_are_reported_by_table_and_chunk(written, part)
         b = fh.read(2)
         fh.seek(info.byte_offset + 5)
         fh.write(bytes(x ^ 0xFF for x in b))
+    seal(written, VERSION)  # the seal would catch it first (test_snapshot_seal.py): here the chunk's checksum does
     t = read_snapshot(written).tables["emb"]
     with pytest.raises(SnapshotError, match=f"snap.h5: table 'emb', chunk 2 \\(rows 64:96\\): the {part} checksum"):
         t.load_all()
@@ -198,20 +202,20 @@ def test_a_truncated_file_is_reported(written):
     size = os.path.getsize(written)
     with open(written, "r+b") as fh:
         fh.truncate(size // 2)
-    with pytest.raises(SnapshotError, match="snap.h5: cannot be opened as HDF5.*truncated or corrupt"):
+    with pytest.raises(SnapshotError, match=r"snap.h5: is \d+ bytes, but its seal says \d+; the file is truncated"):
         read_snapshot(written)
 
 
 @pytest.mark.parametrize("part", ["keys", "rows", "steps", "checksums"])
 def test_a_missing_dataset_is_reported(written, part):
-    with h5py.File(written, "a") as f:
+    with resealed(written) as f:
         del f[f"tables/emb/{part}"]
     with pytest.raises(SnapshotError, match=f"snap.h5: table 'emb': dataset '{part}' is missing"):
         read_snapshot(written)
 
 
 def test_a_short_dataset_is_reported(written):
-    with h5py.File(written, "a") as f:
+    with resealed(written) as f:
         f["tables/emb/rows"].resize(150, axis=0)
     with pytest.raises(SnapshotError, match=r"'rows' has shape \(150, 12\), but the attributes say \(200, 12\)"):
         read_snapshot(written)
@@ -222,7 +226,7 @@ def test_a_short_dataset_is_reported(written):
     ("version", 99, "snapshot version 99, but this gpuemb reads version 1"),
     ("kind", "partial", "kind 'partial'")])
 def test_a_wrong_format_or_version_is_reported(written, attr, value, message):
-    with h5py.File(written, "a") as f:
+    with resealed(written) as f:
         f.attrs[attr] = value
     with pytest.raises(SnapshotError, match=f"snap.h5: {message}"):
         read_snapshot(written)
@@ -230,7 +234,7 @@ def test_a_wrong_format_or_version_is_reported(written, attr, value, message):
 
 def test_a_file_that_is_not_hdf5_or_not_there_is_reported(tmp_path):
     (tmp_path / "junk.h5").write_bytes(os.urandom(4096))
-    with pytest.raises(SnapshotError, match="junk.h5: cannot be opened as HDF5"):
+    with pytest.raises(SnapshotError, match="junk.h5: starts with neither a gpuemb snapshot's seal nor HDF5's"):
         read_snapshot(tmp_path / "junk.h5")
     with pytest.raises(SnapshotError, match="nope.h5: no such snapshot file"):
         read_snapshot(tmp_path / "nope.h5")
@@ -240,7 +244,7 @@ def test_plain_h5py_reads_the_weights_per_key(rng, tmp_path):
     t = make_table(rng, 150, ADAM)
     write_snapshot(tmp_path / "snap.h5", {"emb": t}, chunk_rows=64)
     with h5py.File(tmp_path / "snap.h5", "r") as f:
-        assert f.attrs["format"] == FORMAT and f.attrs["kind"] == "full"
+        assert f.attrs["format"].decode() == FORMAT and f.attrs["kind"] == b"full"  # text is stored as bytes
         g = f["tables/emb"]
         start, stop = json.loads(g.attrs["layout"])["weights"]
         weights = dict(zip(g["keys"][:].tolist(), g["rows"][:, start:stop]))

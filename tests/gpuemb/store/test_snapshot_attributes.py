@@ -9,6 +9,8 @@ import pytest
 from gpuemb.store.snapshot import SnapshotError, TableSnapshot, read_snapshot, write_snapshot
 from gpuemb.store.snapshot.format import ATTRS_CRC
 
+from .snapshot_files import as_version, resealed
+
 LAYOUT = {"weights": [0, 4], "sum_sq": [4, 5]}
 
 
@@ -26,9 +28,7 @@ def written(tmp_path, rng):
 
 def test_a_version_1_file_without_the_checksum_still_reads(written):
     path, keys, rows, steps = written
-    with h5py.File(path, "a") as f:
-        del f.attrs[ATTRS_CRC]
-        f.attrs["version"] = 1
+    path = as_version(path, path.with_name("v1.h5"), 1)
     got = read_snapshot(path).tables["emb"].load_all()
     assert np.array_equal(got.keys, keys) and np.array_equal(got.rows, rows) and np.array_equal(got.steps, steps)
 
@@ -37,17 +37,19 @@ def test_a_version_1_file_without_the_checksum_still_reads(written):
     ("", "meta", json.dumps({"step": 8})), ("tables/emb", "config", json.dumps({"dim": 4, "lr": 0.2})),
     ("tables/emb", "part_dtypes", "{}"), ("", "base", "x")])
 def test_an_attribute_changed_to_another_valid_value_fails_the_checksum(written, where, name, value):
-    with h5py.File(written[0], "a") as f:
+    with resealed(written[0]) as f:
         f[where or "/"].attrs[name] = value
     with pytest.raises(SnapshotError, match="snap.h5: the checksum of its attributes does not match"):
         read_snapshot(written[0])
 
 
-def test_a_version_2_file_without_its_checksum_is_refused(written):
-    with h5py.File(written[0], "a") as f:
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_file_without_its_attribute_checksum_is_refused(written, version):
+    path = as_version(written[0], written[0].with_name("v2.h5"), 2) if version == 2 else written[0]
+    with resealed(path) if version == 3 else h5py.File(path, "a") as f:
         del f.attrs[ATTRS_CRC]
     with pytest.raises(SnapshotError, match=f"attribute '{ATTRS_CRC}' is missing"):
-        read_snapshot(written[0])
+        read_snapshot(path)
 
 
 @pytest.mark.parametrize("where, name, value, message", [
@@ -64,7 +66,7 @@ def test_a_version_2_file_without_its_checksum_is_refused(written):
     ("", "version", 2.0, "'version' is .*2.0.*, not a non-negative int"),
     ("", "id", 5, "'id' is 5, not a str")])
 def test_an_attribute_of_the_wrong_type_or_range_is_a_snapshot_error(written, where, name, value, message):
-    with h5py.File(written[0], "a") as f:
+    with resealed(written[0]) as f:
         f[where or "/"].attrs[name] = value
     with pytest.raises(SnapshotError, match=f"snap.h5.*{message}".replace("[", "\\[").replace("(", "\\(")):
         read_snapshot(written[0])

@@ -1,4 +1,3 @@
-import h5py
 import numpy as np
 import pytest
 
@@ -7,6 +6,8 @@ from gpuemb.optim import AdamRule
 from gpuemb.store.collection import EmbeddingCollection
 from gpuemb.store.options import Initializer, StoreOptions, TableConfig
 from gpuemb.store.snapshot import SnapshotError, load_snapshot, read_snapshot, save_snapshot
+
+from .snapshot_files import resealed
 
 D, F, B, KEYS = 4, 2, 16, 200
 HOST = StoreOptions("host", cache_rows=24, slab_rows=32)  # a batch's 16 keys fit; the ~100 in play do not
@@ -69,7 +70,7 @@ def test_a_corrupt_snapshot_changes_nothing(rng, tmp_path):
     full = save_snapshot(first.tables, tmp_path / "s0.h5")
     train(first, stream(rng, 2), rng.standard_normal((F * D, 1)).astype(np.float32))
     save_snapshot(first.tables, tmp_path / "s1.h5", incremental=True, base=full)
-    with h5py.File(tmp_path / "s1.h5", "r+") as f:  # the last table of the last file: all else reads well first
+    with resealed(tmp_path / "s1.h5") as f:  # the last table of the last file: all else reads well first
         f["tables/f1/rows"][0, 0] += 1
     fresh = model(HOST)
     with pytest.raises(SnapshotError, match="f1.*rows checksum"):
