@@ -73,13 +73,14 @@ class _Disk:
 class H5Output:
     """``with H5Output(path, shown) as out:`` writes the new HDF5 file ``out.file`` at ``path``; a write that
     failed raises ``OSError`` (its errno) from ``out.check()`` and on leaving the block, once the file is closed.
-    ``shown``: the name the error gives the file (the target of a temp file)."""
+    ``shown``: the name the error gives the file (the target of a temp file); ``options``: more of
+    ``h5py.File``'s (a snapshot's ``userblock_size`` and ``libver``)."""
 
-    def __init__(self, path, shown=None):
+    def __init__(self, path, shown=None, **options):
         self.path, self.shown = os.fspath(path), os.fspath(shown or path)
         self.disk = _Disk(self.path)
         try:
-            self.file = h5py.File(self.disk, "w")
+            self.file = h5py.File(self.disk, "w", **options)
         except BaseException:
             os.close(self.disk.fd)
             raise

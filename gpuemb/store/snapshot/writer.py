@@ -9,7 +9,6 @@ from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from itertools import chain
 
-import h5py
 import numpy as np
 
 from gpuemb.autograd.backend import to_host
@@ -82,18 +81,9 @@ class _TableWriter:
 
 
 def _output(tmp, path):
-    """An H5Output at ``tmp`` whose file starts with a user block for the seal. H5Output makes its file without one,
-    so the file is made again through the same disk, which never fails. Attributes are stored as HDF5 1.8 does:
-    one too long for the object header (a large meta) goes to dense storage, where 1.6's format refuses it."""
-    out = H5Output(tmp, path)
-    try:
-        out.file.close()
-        out.disk.truncate(0)  # HDF5 creating a file over a file object reads what is there instead of emptying it
-        out.file = h5py.File(out.disk, "w", userblock_size=USERBLOCK, libver=("v108", "v108"))
-    except BaseException:
-        out.close(check=False)
-        raise
-    return out
+    """An H5Output at ``tmp`` whose file starts with a user block for the seal. Attributes are stored as HDF5 1.8
+    does: one too long for the object header (a large meta) goes to dense storage, where 1.6's format refuses it."""
+    return H5Output(tmp, path, userblock_size=USERBLOCK, libver=("v108", "v108"))
 
 
 def _write_extra(group, name, values, c):
