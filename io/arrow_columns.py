@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuemb.io.hashing import KIND_HEX, KIND_INT, KINDS, MISSING, fnv1a, hex_value, missing_id, mix_array, \
-    mix_salted, slot_salt
+from gpuemb.io.hashing import KIND_HEX, KIND_INT, KINDS, MISSING, fnv1a, hex_value, int64_token, missing_id, \
+    mix_array, mix_salted, slot_salt
 from gpuemb.io.textparse import BAD_HEX, BAD_INT, BAD_LABEL, BAD_NUMBER, BAD_RANGE, F32_MAX, OK, REASONS, \
-    int64_token, label_code, parse_number
+    label_code, parse_number
 
 NULL_LABEL, LONG_BAG = max(REASONS) + 1, max(REASONS) + 2
 REASONS = {**REASONS, NULL_LABEL: "label is null", LONG_BAG: "more keys than max_bag"}

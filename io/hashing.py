@@ -5,8 +5,8 @@ A token becomes a 64-bit value in one of three ways, chosen per column (its *kin
 
 - ``str``: FNV-1a 64 over the token's bytes;
 - ``hex``: the value of up to 16 hex digits (Criteo's 8-digit tokens), parsed, not hashed, because that is faster;
-- ``int``: the value of a decimal integer of up to 20 digits as uint64 (Avazu's ids go past int64), a leading
-  ``-`` taken as two's complement.
+- ``int``: the value of a decimal integer in int64's range, its bits as uint64 (a negative one as two's
+  complement); a token outside that range is a bad field.
 
 :func:`mix` then scrambles the value with the column's slot through splitmix64's finalizer, so one token in two
 columns gives two unrelated ids, and masks it to 63 bits, so ids are non-negative int64.
@@ -18,6 +18,7 @@ KINDS = ("str", "hex", "int")
 KIND_STR, KIND_HEX, KIND_INT = 0, 1, 2
 
 _U = np.uint64
+_INT64_MIN = _U(1 << 63)  # -2**63 as int_value gives it: the first value with the sign bit
 FNV_OFFSET = _U(0xCBF29CE484222325)
 FNV_PRIME = _U(0x100000001B3)
 GOLDEN = _U(0x9E3779B97F4A7C15)
@@ -117,6 +118,17 @@ def int_value(buf, a, b):
     return v, True
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def int64_token(buf, a, b):
+    """(value, ok) of the decimal integer ``buf[a:b]``, its int64 bits as uint64; not ok outside int64's range.
+
+    ``int_value`` reads every token from -(2**64-1) to 2**64-1 into uint64, negatives wrapped, so tokens meet: "-1"
+    and "18446744073709551615" would be one id, "-18446744073709551615" and "1" another. Here a token's sign must
+    be its value's, which leaves exactly int64's tokens."""
+    v, ok = int_value(buf, a, b)
+    return v, ok and (v == 0 or (v >= _INT64_MIN) == (buf[a] == 45))
+
+
 @numba.njit(nogil=True, cache=True)
 def mix_array(values, slot):
     """:func:`mix` of every uint64 in ``values``: the ids of parsed token values in column ``slot``."""
@@ -134,7 +146,7 @@ def token_id(token, slot, kind="str"):
     if kind == "str":
         value = fnv1a(buf, 0, buf.size)
     else:
-        value, ok = (hex_value if kind == "hex" else int_value)(buf, 0, buf.size)
+        value, ok = (hex_value if kind == "hex" else int64_token)(buf, 0, buf.size)
         if not ok:
             raise ValueError(f"{token!r} is not a valid {kind} token")
     return int(mix(_U(value), slot))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuemb.autograd.backend import get_array_module, to_host
+from gpuemb.key_types import integer_keys
 
 from .bags import concat_ranges
 from .errors import DataError
@@ -62,7 +63,8 @@ class JaggedFeatures:
         """From CSR ``offsets [F·B + 1]`` over the feature-major bags."""
         names = _names(names)
         xp = get_array_module(values, offsets)
-        values = xp.ascontiguousarray(xp.asarray(values).astype(np.int64, copy=False).ravel())
+        values = integer_keys(xp.asarray(values), "JaggedFeatures values")  # before the cast, which would truncate
+        values = xp.ascontiguousarray(values.astype(np.int64, copy=False).ravel())
         offsets = xp.ascontiguousarray(xp.asarray(offsets).astype(np.int64, copy=False).ravel())
         F, bags = len(names), offsets.shape[0] - 1
         if not F or bags < 0 or bags % F:

@@ -8,7 +8,7 @@ field, from which :mod:`gpuemb.io.reader` writes its file:line report; the parse
 import numba
 import numpy as np
 
-from gpuemb.io.hashing import KIND_HEX, KIND_INT, MISSING, fnv1a, hex_value, int_value, mix_salted, slot_salt
+from gpuemb.io.hashing import KIND_HEX, KIND_INT, MISSING, fnv1a, hex_value, int64_token, mix_salted, slot_salt
 
 ROLE_CODES = {"ignore": 0, "label": 1, "dense": 2, "categorical": 3}
 OK, BAD_FIELDS, BAD_NUMBER, BAD_HEX, BAD_INT, BAD_LABEL, BAD_RANGE, NOT_BINARY, NOT_SOFT = range(9)
@@ -17,7 +17,6 @@ REASONS = {BAD_FIELDS: "wrong field count", BAD_NUMBER: "dense value is not a nu
            BAD_LABEL: "label is not a number", BAD_RANGE: "number is out of float32 range (|x| > 3.4e38)",
            NOT_BINARY: "label is not 0 or 1 (soft labels in [0, 1] need soft_labels=True)",
            NOT_SOFT: "label is outside [0, 1]"}
-_INT64_MIN = np.uint64(1 << 63)  # -2**63 as int_value gives it: the first value with the sign bit
 _POW10 = np.array([10.0 ** k for k in range(23)])
 # Values are stored as float32: a larger one would be inf, which the model cannot learn from.
 F32_MAX = float(np.finfo(np.float32).max)
@@ -83,17 +82,6 @@ def parse_number(buf, a, b):
     exp10 = min(max(exp10, -22), 22)  # where a loop stopped early m is 0 or inf, which further scaling keeps
     m = m / _POW10[-exp10] if exp10 < 0 else m * _POW10[exp10]
     return -m if neg else m, True
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def int64_token(buf, a, b):
-    """(value, ok) of the decimal integer ``buf[a:b]``, its int64 bits as uint64; not ok outside int64's range.
-
-    ``int_value`` reads every token from -(2**64-1) to 2**64-1 into uint64, negatives wrapped, so tokens meet: "-1"
-    and "18446744073709551615" would be one id, "-18446744073709551615" and "1" another. Here a token's sign must
-    be its value's, which leaves exactly int64's tokens."""
-    v, ok = int_value(buf, a, b)
-    return v, ok and (v == 0 or (v >= _INT64_MIN) == (buf[a] == 45))
 
 
 @numba.njit(nogil=True, cache=True, inline="always")

@@ -91,6 +91,8 @@ def test_an_int_token_outside_int64_is_a_bad_field(tmp_path, token):
     assert reader.report.bad == 1
     np.testing.assert_array_equal(b.sparse[:, 0], [token_id(i, 0, "int") for i in ids])
     np.testing.assert_array_equal(b.label, np.delete(labels, 7))
+    with pytest.raises(ValueError, match="is not a valid int token"):  # the one-token function agrees
+        token_id(token, 0, "int")
 
 
 def test_empty_missing_and_header_only_files_give_clear_errors(tmp_path, data):

@@ -90,3 +90,10 @@ def test_bad_input_names_the_feature_and_the_row(case, match):
     with pytest.raises(JaggedError, match=match) as e:
         call()
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("values", [[1.5, 2.0], [True, False]])
+def test_keys_that_are_not_integers_are_refused_before_a_cast_truncates_them(values):
+    from gpuemb.key_types import KeyTypeError
+    with pytest.raises(KeyTypeError, match="JaggedFeatures values: keys of dtype"):
+        JaggedFeatures.from_lengths(["a"], np.array(values), [[1, 1]])
