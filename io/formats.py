@@ -54,4 +54,4 @@ def parquet_module(name):
         if not (e.name or "").startswith("pyarrow"):
             raise
         raise DataError("reading Parquet needs pyarrow, which is not installed; install it with "
-                        "pip install 'gpuemb[parquet]'") from None
+                        "pip install -e '.[parquet]'") from None

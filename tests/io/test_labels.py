@@ -87,7 +87,7 @@ def test_census_labels_are_0_or_1_by_construction(data):
 
 
 def test_parquet_labels_follow_the_same_rule(tmp_path, rng):
-    pa = pytest.importorskip("pyarrow", reason="the Parquet reader needs pyarrow (pip install 'gpuemb[parquet]')")
+    pa = pytest.importorskip("pyarrow", reason="the Parquet reader needs pyarrow (pip install -e '.[parquet]')")
     pq = pytest.importorskip("pyarrow.parquet")
     from gpuemb.io.formats import schema_for
     from gpuemb.io.parquet import ParquetReader

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-pa = pytest.importorskip("pyarrow", reason="the Parquet reader needs pyarrow (pip install 'gpuemb[parquet]')")
+pa = pytest.importorskip("pyarrow", reason="the Parquet reader needs pyarrow (pip install -e '.[parquet]')")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from gpuemb.io.batch import Batch  # noqa: E402

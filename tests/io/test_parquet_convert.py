@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("pyarrow", reason="the Parquet reader needs pyarrow (pip install 'gpuemb[parquet]')")
+pytest.importorskip("pyarrow", reason="the Parquet reader needs pyarrow (pip install -e '.[parquet]')")
 
 from gpuemb.io.bags import Bags  # noqa: E402
 from gpuemb.io.batch import Batch  # noqa: E402
