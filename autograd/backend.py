@@ -15,6 +15,7 @@ module that matches arrays it was handed, :func:`library` for the GPU libraries 
 work launched). No other module imports cupy, and none knows that the emulated device exists.
 """
 import os
+import time
 
 import numpy
 
@@ -36,7 +37,11 @@ def _probe_cupy():
     """Return (cupy or None, the reason why not)."""
     try:
         import cupy
-    except Exception as e:  # ImportError, or a broken CUDA install raising at import
+    except ModuleNotFoundError as e:
+        if e.name == "cupy":
+            return None, "cupy is not installed"
+        return None, f"cupy is not importable, it needs {e.name!r}, which is not installed"
+    except Exception as e:  # a broken CUDA install raising at import
         return None, f"cupy is not importable ({type(e).__name__}: {e})"
     try:
         if not cupy.cuda.is_available():
@@ -233,6 +238,28 @@ def wait_event(event):
     """Make the current stream's later work wait, on the device, for the work ``event`` marks; the host goes on."""
     if event is not None:
         current_stream().wait_event(event)
+
+
+def time_mark():
+    """Now, for timing spans of the work queued: on a device an event recorded on the current stream (its time is
+    the device's when it gets there), on the CPU the wall clock. Reading spans is ``seconds_between``."""
+    if _cupy is None:
+        return time.perf_counter()
+    event = _cupy.cuda.Event()
+    event.record(current_stream())
+    return event
+
+
+def seconds_between(marks):
+    """The seconds from each of ``marks`` (of ``time_mark``, in the order taken) to the next: on a device, one
+    wait, for the last of them."""
+    if _cupy is None:
+        return [b - a for a, b in zip(marks, marks[1:])]
+    if marks:
+        if _REAL_GPU:
+            transfers.sync()
+        marks[-1].synchronize()
+    return [_cupy.cuda.get_elapsed_time(a, b) / 1e3 for a, b in zip(marks, marks[1:])]
 
 
 def synchronize():

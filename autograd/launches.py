@@ -24,6 +24,8 @@ Phases: ``with phase("lookup"):`` makes ``lookup`` the calling thread's phase un
 block wins), and what is counted meanwhile lands in that phase's bucket; outside every block it is ``other``. A
 Function keeps the phase it was applied in, and its backward runs in the phase that ``BACKWARD`` maps it to: the
 lookups' backward, which updates the tables' rows, counts as ``embedding_backward`` wherever the backward started.
+A listener (``listen``) hears every change of phase: what times the phases of a step (gpuemb/train/phases.py), so
+the marks that split the counts split the time too, and a step without one pays a test of a global per change.
 """
 import threading
 
@@ -31,18 +33,20 @@ from .transfers import Counts
 
 FIELDS = ("numba", "cupy", "cublaslt", "readbacks")
 PHASES = ("upload", "lookup", "interaction", "mlp_forward", "loss", "loss_backward", "mlp_backward",
-          "interaction_backward", "embedding_backward", "dense_optimizer", "prefetch", "other")
+          "interaction_backward", "embedding_backward", "communication", "dense_optimizer", "prefetch", "other")
 """A training step's phases, in the order it runs them (gpuemb/train/loop.py and the models mark them):
 ``upload``, what the step moves or converts of its batch (the labels, the dense features); ``lookup``, the
 embeddings' lookups; ``interaction``, a model's head outside its MLPs (the feature interaction and the glue
 around it); ``mlp_forward``; ``loss``, the loss and the step's check of it; then the backward of each, where
-``embedding_backward`` includes the rows' update; ``dense_optimizer``, the dense parameters' step; ``prefetch``,
+``embedding_backward`` includes the rows' update; ``communication``, the dense gradients' allreduce over the ranks
+(the embeddings' all-to-alls are in their lookups and their backward); ``dense_optimizer``, the dense parameters' step; ``prefetch``,
 the next batch's rows moved ahead (on its worker's thread); ``other``, the rest."""
 BACKWARD = {"lookup": "embedding_backward", "interaction": "interaction_backward", "mlp_forward": "mlp_backward",
             "loss": "loss_backward"}
 """The phase a Function's backward counts in, by the phase it was applied in; any other runs in ``other``."""
 
 _current = threading.local()
+_listener = None  # called with the phase entered, on the thread that enters it, at each change (``listen``)
 
 
 def current_phase():
@@ -53,6 +57,14 @@ def current_phase():
 def backward_phase(forward):
     """The phase of the backward of a Function applied in ``forward``."""
     return BACKWARD.get(forward, "other")
+
+
+def listen(listener):
+    """Call ``listener(name)`` with the phase entered at every change of a thread's phase (on that thread), from
+    now on; None stops. Returns the listener it replaces."""
+    global _listener
+    replaced, _listener = _listener, listener
+    return replaced
 
 
 class phase:
@@ -68,10 +80,14 @@ class phase:
     def __enter__(self):
         self._saved = current_phase()
         _current.name = self.name
+        if _listener is not None:
+            _listener(self.name)
         return self
 
     def __exit__(self, *exc):
         _current.name = self._saved
+        if _listener is not None:
+            _listener(self._saved)
         return False
 
 

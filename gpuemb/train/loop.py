@@ -9,9 +9,10 @@ masks come from (seed, the MLP's step), which is module extra state; the shuffle
 the loader's position; new embedding rows from (seed, key); synthetic rows from (seed, split, row).
 
 A step marks its phases (``gpuemb.autograd.launches``), so what it launches and reads back is counted by phase:
-``upload`` (the labels), ``loss`` (the loss, its read and its checks), ``dense_optimizer`` and ``prefetch`` (the
-next batch's rows: the pipeline's worker thread counts nothing else), beside the model's (``lookup``,
-``interaction``, ``mlp_forward``) and the backward's, which follow each Function's forward phase.
+``upload`` (the labels), ``loss`` (the loss, its read and its checks), ``communication`` (the dense gradients'
+allreduce), ``dense_optimizer`` and ``prefetch`` (the next batch's rows: the pipeline's worker thread counts nothing
+else), beside the model's (``lookup``, ``interaction``, ``mlp_forward``) and the backward's, which follow each
+Function's forward phase. The same marks time the phases, with ``--phase-times`` (``phases.py``).
 """
 import math
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -22,6 +23,7 @@ from gpuemb.store.collection import EmbeddingCollection
 
 from .errors import ConfigError, DivergedError, TrainError
 from .optimizer import scaled_step
+from .phases import NO_TIMER
 
 
 class Trainer:
@@ -29,10 +31,12 @@ class Trainer:
 
     ``tables``: ``{name: EmbeddingTable}``. Their lr follows the optimizer's schedule: at each step it is
     ``embedding_lr × lr / base_lr``, with ``lr`` the schedule's dense lr at that step and ``base_lr`` its peak.
+    ``timer``: a ``phases.PhaseTimer`` that times each step's phases (``--phase-times``); by default none.
     """
 
-    def __init__(self, model, optimizer, tables, base_lr, embedding_lr, cluster, scaler=None):
+    def __init__(self, model, optimizer, tables, base_lr, embedding_lr, cluster, scaler=None, timer=NO_TIMER):
         self.model, self.optimizer, self.tables, self.scaler = model, optimizer, tables, scaler  # scaler: fp16
+        self.timer = timer
         self.cluster = cluster  # a cluster.Cluster: batches are this rank's parts, W = 1 in a plain run
         self.base_lr, self.embedding_lr = base_lr, embedding_lr
         self.step, self.samples = 0, 0  # steps taken and samples trained on, in all (resumes included)
@@ -48,14 +52,15 @@ class Trainer:
 
         ``after_forward()``, if given, is called once the forward (and so every lookup of the step) is done."""
         lr, embedding_lr = self.lrs
-        for table in self.tables.values():
-            table.lr = embedding_lr
-        self.cluster.begin_step()
-        self.model.train()
-        if self.cluster.slices is None:
-            value = self._whole_step(batch, after_forward)
-        else:
-            value = self._sliced_step(batch, after_forward)
+        with self.timer.step():
+            for table in self.tables.values():
+                table.lr = embedding_lr
+            self.cluster.begin_step()
+            self.model.train()
+            if self.cluster.slices is None:
+                value = self._whole_step(batch, after_forward)
+            else:
+                value = self._sliced_step(batch, after_forward)
         self.step += 1
         self.samples += batch.rows * self.cluster.world_size
         self.cluster.end_step()
@@ -76,7 +81,8 @@ class Trainer:
         self.optimizer.zero_grad()
         if self.scaler is None:
             loss.backward()
-            self.cluster.allreduce()
+            with launches.phase("communication"):
+                self.cluster.allreduce()
             with launches.phase("dense_optimizer"):
                 self.optimizer.step()
         else:  # --precision fp16: the step is skipped, rows and all, where a gradient overflowed
@@ -98,7 +104,8 @@ class Trainer:
             self._check(value, backend.to_host(finite_flag(self.model, xp, self.optimizer)))
         for e, gy in zip(embedded, gys):
             e.backward(gy)
-        self.cluster.allreduce()
+        with launches.phase("communication"):
+            self.cluster.allreduce()
         with launches.phase("dense_optimizer"):
             self.optimizer.step()
         return value

@@ -42,14 +42,16 @@ def scaled_step(loss, optimizer, tables, scaler, cluster):
     ``cluster``: the dense gradients are averaged over the ranks after the backward, and every rank skips the step
     when any rank's row gradients overflowed, so the ranks stay in step (a world of one: itself alone).
 
-    Its phases (``gpuemb.autograd.launches``): the scaling counts with the ``loss``, the unscaling and the dense
-    step as ``dense_optimizer``, and the held row updates, applied after them, as ``embedding_backward``."""
+    Its phases (``gpuemb.autograd.launches``): the scaling counts with the ``loss``, the allreduce as
+    ``communication``, the unscaling and the dense step as ``dense_optimizer``, and the held row updates, applied
+    after them, as ``embedding_backward``."""
     held = [table.hold_updates() for table in tables.values()]
     try:
         with launches.phase("loss"):
             scaled = scaler.scale(loss)
         scaled.backward()
-        cluster.allreduce()
+        with launches.phase("communication"):
+            cluster.allreduce()
         with launches.phase("dense_optimizer"):
             finite = scaler.unscale_arrays_([grads for h in held for *_, grads in h])
             if not cluster.everywhere(finite) and finite:

@@ -223,13 +223,17 @@ class CheckpointSettings(Section):
 class OutputSettings(Section):
     metrics_out: str = setting(None, "write train and eval metrics to this file as JSON lines", kind="str",
                                resumable=True)
-    plot: str = setting(None, "draw the loss and AUC curves to this PNG (needs matplotlib: the 'plot' extra)",
+    plot: str = setting(None, "draw the loss and AUC curves, the device cache's hit rate and the time per phase to "
+                        "this PNG (needs matplotlib: the 'plot' extra)",
                         kind="str", resumable=True)
     eval_every: int = setting(None, "steps between evaluations (default: four a run), and one at the end",
                               kind="int", low=1, resumable=True)
     log_every: int = setting(50, "steps between training metric lines", low=1, resumable=True)
     progress: bool = setting(True, "print plain lines instead of a progress bar", flag="--no-progress",
                              resumable=True)
+    phase_times: int = setting(0, "1 (the flag alone): time each phase of the steps (lookup, interaction, MLPs, "
+                               "backward, row update, communication, dense optimizer) into the train records' "
+                               "'phases'; 0, off, costs a step nothing", low=0, high=1, bare=1, resumable=True)
 
 
 @dataclass(frozen=True)
