@@ -1,4 +1,5 @@
-"""Print a sharding plan: which rank holds which embedding table, each rank's memory and bytes per step.
+"""Print a sharding plan: which rank holds which embedding table, each rank's memory and bytes per step, and the
+step's activations on a rank.
 
     python tools/plan.py --preset criteo-1tb --world-size 8 --device-gb 80
     python tools/plan.py --preset criteo-1tb --world-size 8 --device-gb 10 --host-gb 200 --codec int8
@@ -6,11 +7,15 @@
 
 A ``--config`` file is JSON: a list of tables, or ``{"tables": [...]}``, each with the fields of
 ``gpuemb.sharding.TableSpec`` (``name``, ``rows``, ``dim``, and optionally ``lookups_per_sample``, ``pooling``,
-``dtype``, ``rule``, ``sharding``). Sizes are decimal GB. Exit status: 0 with a plan; 1 when no plan fits (the
+``dtype``, ``rule``, ``sharding``). Sizes are decimal GB. The activations are an estimate
+(``gpuemb.sharding.cost.activation_bytes``, which a training run prints too): a rank's batch times the widths of a
+sample's activations (the tables' rows side by side, one per lookup where a table does not pool, and the dense
+layers of ``--layers``), float32, kept from the forward and matched by gradients in the backward. Exit status: 0 with a plan; 1 when no plan fits (the
 line says what to change); 2 on bad flags or a bad config file (one line).
 """
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -22,7 +27,7 @@ if __name__ == "__main__":  # before the heavy imports, so that an error or a Ct
     import _entry
     _entry.guard()
 
-from gpuemb.sharding.cost import CODEC_BYTES  # noqa: E402
+from gpuemb.sharding.cost import CODEC_BYTES, activation_bytes, human_bytes  # noqa: E402
 from gpuemb.sharding.planner import PlanError, plan_tables  # noqa: E402
 from gpuemb.sharding.presets import PRESETS, preset_tables  # noqa: E402
 from gpuemb.sharding.report import format_report  # noqa: E402
@@ -52,6 +57,9 @@ def parse_args(argv):
                    help="tables up to this size are replicated on every rank (default 1048576)")
     p.add_argument("--cache-fraction", type=float, default=0.25,
                    help="device cache of a shard homed in host or ssd, as a share of its rows (default 0.25)")
+    p.add_argument("--layers", default="", metavar="W,W,...",
+                   help="the dense layers' output widths, all MLPs in order (e.g. 512,256,128,1024,1024,512,256,1), "
+                        "for the activation estimate (default: the tables' rows alone)")
     p.add_argument("--json", metavar="OUT", help="also write the plan as JSON to OUT")
     args = p.parse_args(argv)
     if args.world_size < 1:
@@ -63,7 +71,22 @@ def parse_args(argv):
             p.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if args.config and any(v is not None for v in (args.dim, args.dtype, args.rule)):
         p.error("--dim, --dtype and --rule shape a --preset; a --config file gives each table's own")
+    try:
+        args.layers = [int(w) for w in args.layers.split(",") if w.strip()]
+    except ValueError:
+        p.error(f"--layers {args.layers}: want widths as integers separated by commas, e.g. 512,256,1")
+    if any(w < 1 for w in args.layers):
+        p.error(f"--layers: every width must be at least 1, got {min(args.layers)}")
     return args
+
+
+def activations_line(tables, layers, batch_size, world_size):
+    """One line: the activation estimate of a rank's share of ``batch_size``, for ``tables`` and ``layers``."""
+    rows = [t.dim * (1 if t.pooling else math.ceil(t.lookups_per_sample)) for t in tables]
+    b = math.ceil(batch_size / world_size)
+    return (f"activations per rank: {human_bytes(activation_bytes(b, rows + layers))} (a batch of {b} samples, "
+            f"{sum(rows)} embedding columns, {sum(layers)} columns of {len(layers)} dense layers, float32, forward and "
+            "backward)")
 
 
 def load_tables(path):
@@ -99,6 +122,7 @@ def main(argv=None):
         print(f"plan.py: {e}", file=sys.stderr)
         return 2
     print(format_report(plan))
+    print(activations_line(tables, args.layers, args.batch_size, args.world_size))
     if args.json:
         try:
             with open(args.json, "w") as f:

@@ -122,6 +122,14 @@ def shard_memory(spec, rows, cols=None, home="device", cache_rows=0):
                   host_meta=rows * HOME_META_BYTES[home])
 
 
+def activation_bytes(batch_size, widths, itemsize=4):
+    """Bytes of a step's activations on one rank, an estimate: every layer's output ``[b, width]`` for its
+    ``batch_size`` rows ``b`` (the embeddings of a sample side by side count as one layer of their total width),
+    kept from the forward for the backward, and a gradient of the same size in the backward: ``2·b·Σ widths·
+    itemsize``. A model's own intermediates (an interaction's pairs, a cross's products) are not counted."""
+    return 2 * batch_size * sum(widths) * itemsize
+
+
 def vector_bytes(cols, codec):
     """Wire bytes of one row of ``cols`` elements in ``codec``."""
     if codec not in CODEC_BYTES:

@@ -3,15 +3,18 @@
 Every record has ``kind`` and ``step`` (steps trained when it was written):
 
 - ``train``: ``loss`` (the mean over the steps since the last train record), ``lr``, ``embedding_lr``,
-  ``epoch`` (0-based, of the last batch), ``samples``, ``samples_per_s``, and what a step paid the device for,
-  ``transfers``, ``transfers_ahead`` and ``launches`` (``Run.counts_per_step``);
+  ``epoch`` (0-based, of the last batch), ``samples``, ``samples_per_s``, what a step paid the device for,
+  ``transfers``, ``transfers_ahead`` and ``launches`` (``Run.counts_per_step``), the embedding store over the
+  window, ``tables`` and ``hit_rate`` (``Run.table_record``, ``table_stats.py``), and with ``--phase-times``
+  ``phases``, seconds per step by phase (``phases.py``);
 - ``eval``: ``auc``, ``log_loss``, ``accuracy`` over ``rows`` eval rows (per task too, for several tasks),
   ``teacher_auc`` where the data has a planted teacher, and ``eval_s``;
 - ``checkpoint``: ``path``;
 - ``warning``: ``message``, once, after the first eval that shows the model collapsed (``Run.collapse_warning``).
 
-``TIMING`` names the fields that measure time; the others are the same, bit for bit, in a run and in the same
-run stopped and resumed. A resumed run first cuts the file back to its checkpoint's record: what a run writes
+``TIMING`` names the fields that measure time, and ``CACHES`` those that follow what the caches hold, which a
+resume starts empty (its rows are restored to their home); the others are the same, bit for bit, in a run and in
+the same run stopped and resumed. A resumed run first cuts the file back to its checkpoint's record: what a run writes
 after its checkpoint (the last train record of its final step) is not part of the longer run. A last line that a
 hard kill cut short (no newline, or not JSON) was never a record: a resume drops it and says so on stderr.
 """
@@ -21,7 +24,8 @@ import sys
 
 from .errors import ConfigError, ResumeError, TrainError
 
-TIMING = ("samples_per_s", "eval_s")
+TIMING = ("samples_per_s", "eval_s", "phases")
+CACHES = ("tables", "hit_rate")
 
 
 class MetricsLog:
@@ -93,5 +97,6 @@ def read_metrics(path, torn_tail=False):
 
 
 def without_timing(record):
-    """``record`` without the fields that measure time: what must agree between a run and its resume."""
-    return {k: v for k, v in record.items() if k not in TIMING}
+    """``record`` without the fields that measure time or the caches: what must agree between a run and its
+    resume."""
+    return {k: v for k, v in record.items() if k not in TIMING + CACHES}

@@ -9,6 +9,8 @@ import os
 import tempfile
 import time
 
+import numpy as np
+
 from gpuemb.autograd import backend, launches, transfers
 from gpuemb.io.loader import Loader, LoaderConfig
 
@@ -20,10 +22,13 @@ from .config import check_precision, flatten
 from .data import open_data, uses_synthetic
 from .errors import CheckpointError, ConfigError, DivergedError, ResumeError
 from .evaluate import evaluate
+from .footprint import memory
 from .loop import Pipeline, Trainer, non_finite
 from .metrics_log import MetricsLog
 from .model import build_model, embedding_tables
 from .optimizer import build_optimizer, build_scaler
+from .phases import NO_TIMER, PhaseTimer
+from .table_stats import TableWindow, hit_rate
 
 BATCH_SIZE = 4096  # the default; small data gets at most a tenth of its training rows
 SYNTHETIC_ROWS = 1 << 22  # synthetic training rows unless --train-rows says; not from --steps, so a resume fits
@@ -139,7 +144,9 @@ class Run:
         self.tables = embedding_tables(self.model)
         self.optimizer = build_optimizer(config, self.model, self.total_steps)
         self.trainer = Trainer(self.model, self.optimizer, self.tables, config.optimization.lr,
-                               config.optimization.embedding_lr, self.cluster, build_scaler(config))
+                               config.optimization.embedding_lr, self.cluster, build_scaler(config),
+                               PhaseTimer() if config.output.phase_times else NO_TIMER)
+        self.table_window = TableWindow(self.tables)
         self.pipeline = Pipeline(self.trainer, self.batches, config.run.pipeline)
         self.eval_every = config.output.eval_every or max(1, self.total_steps // 4)
         self.window = []  # losses of the steps since the last train record
@@ -151,6 +158,11 @@ class Run:
     @property
     def step(self):
         return self.trainer.step
+
+    def memory(self):
+        """What this rank's tables and its step's activations take (``footprint.memory``): ``{"tables": {tier:
+        bytes}, "tables_grow", "activations", "batch", "line"}``, ``line`` one line for the run's first ones."""
+        return memory(self.model, self.tables, self.batch_size // self.cluster.world_size)
 
     def may_prepare_next(self):
         """Whether the next step may prepare the batch after it: not past the end, and not across an evaluation
@@ -207,6 +219,7 @@ class Run:
                                   f"({type(e).__name__}: {e}); resume from another checkpoint") from None
         self.window = list(state["loop"]["window"])
         self.last_checkpoint = folder
+        self.table_window.restart()  # what restoring the rows counted is not a step's
         return folder
 
     def collapse_warning(self, record):
@@ -232,13 +245,26 @@ class Run:
 
     # -- records ---------------------------------------------------------------------------------------------------
     def train_record(self, lrs, samples_per_s):
-        """The mean loss of the steps since the last train record (then forgotten), the lrs of the last step."""
+        """The mean loss of the steps since the last train record (then forgotten), the lrs of the last step, the
+        tables' levels over those steps and, with ``--phase-times``, their time per phase."""
         loss = sum(self.window) / len(self.window)
         self.window = []
         sent = {"comm_bytes_per_step": self.cluster.bytes_per_step()} if self.cluster.world_size > 1 else {}
+        phases = self.trainer.timer.per_step()
         return {"kind": "train", "step": self.step, "epoch": self.pipeline.epoch, "samples": self.trainer.samples,
                 "loss": loss, "lr": lrs[0], "embedding_lr": lrs[1], "samples_per_s": samples_per_s,
-                **self.counts_per_step(), **sent}
+                **self.counts_per_step(), **sent, **self.table_record(),
+                **({"phases": phases} if phases is not None else {})}
+
+    def table_record(self):
+        """``{"tables": this rank's stores (table_stats.py), "hit_rate": the device caches' over the window}``.
+        On several ranks each record holds its rank's own stores (rank 0's is written), and the hit rate is the
+        job's: one allreduce of the caches' hits and misses, which every rank makes."""
+        tables, (hits, misses, cached) = self.table_window.record()
+        if self.cluster.world_size > 1:
+            total = self.cluster.comm.allreduce(np.array([hits, misses, cached], np.int64), tag="stats")
+            hits, misses, cached = (int(n) for n in total)
+        return {"tables": tables, "hit_rate": hit_rate(hits, misses, cached)}
 
     def counts_per_step(self):
         """What a step paid the device for, averaged over the steps since the last train record (then forgotten).
@@ -325,8 +351,12 @@ def train(config, reporter=None, comm=None):
                     warning = run.collapse_warning(log.records[-1])
                     if warning:
                         write({"kind": "warning", "step": step, "message": warning})
-                if config.checkpoints.checkpoint_dir and (last or config.checkpoints.checkpoint_every and step % config.checkpoints.checkpoint_every == 0):
+                checkpoint = config.checkpoints.checkpoint_dir and (
+                    last or config.checkpoints.checkpoint_every and step % config.checkpoints.checkpoint_every == 0)
+                if checkpoint:
                     write({"kind": "checkpoint", "step": step, "path": run.save_checkpoint()})
+                if checkpoint or step % run.eval_every == 0:  # their lookups are not the training's
+                    run.table_window.restart()
                 if last and run.window:  # after the checkpoint, which keeps the window for the next record
                     write(run.train_record(lrs, timed * run.batch_size / max(busy, 1e-9)))
         seconds = time.perf_counter() - start

@@ -85,3 +85,19 @@ def test_config_file(tool, capsys, tmp_path):
     (tmp_path / "odd.json").write_text("[1, 2]")
     assert tool.main(["--config", str(tmp_path / "odd.json")]) == 2
     assert "want a list of tables" in capsys.readouterr().err
+
+
+def test_the_activations_are_the_estimate_of_a_rank_s_batch(tool, capsys, tmp_path):
+    tables = [{"name": "user", "rows": 1000, "dim": 4}, {"name": "tags", "rows": 50, "dim": 8,
+                                                          "lookups_per_sample": 2.5, "pooling": None}]
+    (tmp_path / "t.json").write_text(json.dumps(tables))
+    args = ["--config", str(tmp_path / "t.json"), "--world-size", "2", "--device-gb", "1", "--batch-size", "100"]
+    assert tool.main(args + ["--layers", "8,4,1"]) == 0
+    widths = 4 + 8 * 3 + 8 + 4 + 1  # a pooled row, an unpooled table's 3 rows (2.5 lookups, rounded up), the layers
+    want = 2 * 50 * widths * 4  # forward and backward, 50 samples a rank, float32
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith(f"activations per rank: {tool.human_bytes(want)} (a batch of 50 samples, 28 embedding "
+                           "columns, 13 columns of 3 dense layers")
+    with pytest.raises(SystemExit) as bad:
+        tool.main(args + ["--layers", "8,x"])
+    assert bad.value.code == 2 and "--layers 8,x: want widths as integers" in capsys.readouterr().err
