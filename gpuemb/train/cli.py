@@ -12,6 +12,7 @@ import time
 
 from tqdm import tqdm
 
+from gpuemb import first_compile
 from gpuemb.autograd import backend
 from gpuemb.comm import LocalCommunicator
 from gpuemb.io.errors import DataError
@@ -20,10 +21,11 @@ from gpuemb.store.errors import StoreError
 from .config import FIELDS, SECTIONS, TrainConfig
 from .fields import choices_of, default_of, flag_of, key_of
 from .errors import ConfigError, TrainError
-from .recipes import RUN_PRESETS
 from .run import Reporter, train
+from .startup import startup_lines
 
 PROG = "train.py"
+FIRST_COMPILE_S = 40  # the default run's first compile, measured on a 2-core machine: what a first run waits
 
 
 class Parser(argparse.ArgumentParser):
@@ -101,44 +103,49 @@ def check_startup(config):
 
 
 class ProgressBar(Reporter):
-    """A tqdm bar of steps with samples/s and the loss; eval and checkpoint records as lines above it."""
+    """What a run shows as it goes: its startup lines, then on a terminal a tqdm bar of steps on stderr, and in a
+    log (stdout not a terminal, or no bar) a plain line every ``--log-every`` steps; eval and checkpoint records
+    as lines. Its rates start after the first step, whose time is mostly compiling on a first run."""
 
-    def __init__(self, show=True, out=sys.stdout):
-        self.show, self.out, self.bar = show, out, None
+    def __init__(self, show=True, out=sys.stdout, bar_to=sys.stderr):
+        self.show, self.out, self.bar_to, self.bar = show and bar_to.isatty(), out, bar_to, None
+        # a log gets the lines a bar would have overwritten (a bar over the same terminal replaces them)
+        self.lines = not self.show or not out.isatty()
+        self.compiling, self.compiled_before = None, 0.0  # a first_compile.CompileWatch, and its seconds at start
+
+    def say(self, line):
+        """A line for the user, above the bar if one is drawn."""
+        self._line(line)
 
     def start(self, run):
-        info = backend.device_info()
-        hyper = {k: v for k, v in run.model.hyper.items() if v is not None}
-        n_dense = sum(p.size for p in run.model.parameters())
-        print(f"device: {info['device']} ({info['reason']})", file=self.out)
-        print(f"data: {run.data.description}", file=self.out)
-        if run.config.data.preset in RUN_PRESETS:  # what the preset is, and its cap; the lines below what runs
-            print(f"preset: {run.config.data.preset}, {RUN_PRESETS[run.config.data.preset].about} (flags and "
-                  "--config override it)", file=self.out)
-        print(f"model: {run.config.model.name} {hyper}, {n_dense:,} dense parameters, tables "
-              f"{', '.join(f'{n} (D={t.dim}, {run.config.store.placement})' for n, t in run.tables.items())}", file=self.out)
-        if run.cluster.world_size > 1:
-            print(f"ranks: {run.cluster.describe()}", file=self.out)
-        print(f"training: {run.total_steps} steps of {run.batch_size} samples, {run.config.optimization.optimizer} "
-              f"lr {run.config.optimization.lr:g}, rows {run.config.optimization.embedding_optimizer} lr {run.config.optimization.embedding_lr:g}"
-              + (f", resumed at step {run.step}" if run.step else ""), file=self.out)
-        if self.show:
-            self.bar = tqdm(total=run.total_steps, initial=run.step, unit="step", dynamic_ncols=True,
-                            mininterval=0.5, file=self.out)
-        self._start, self._first = None, run.step
+        for line in startup_lines(run):
+            print(line, file=self.out)
+        self.out.flush()
+        self.compiled_before = self.compiling.seconds if self.compiling else 0.0  # the steps' own come after
+        self.batch_size, self._first, self._mark, self._hit_rate = run.batch_size, run.step, None, None
 
     def step(self, run, loss):
         now = time.perf_counter()
-        self._start = self._start or now  # from the end of the first step: it includes warm-up compiles
+        if self._mark is None:  # the first step ended: the rates count from here, without its compiling
+            self._mark = self._since_first = run.step, now
+            if self.show:
+                self.bar = tqdm(total=run.total_steps, initial=run.step, unit="step", dynamic_ncols=True,
+                                mininterval=0.5, file=self.bar_to)
+            return
         if self.bar is not None:
-            rate = (run.step - self._first - 1) * run.batch_size / (now - self._start) if now > self._start else 0
-            self.bar.set_postfix_str(f"loss {loss:.4f}, {rate:,.0f} samples/s", refresh=False)
+            step0, t0 = self._since_first
+            hits = "" if self._hit_rate is None else f", cache hits {self._hit_rate:.1%}"
+            rate = (run.step - step0) * run.batch_size / (now - t0) if now > t0 else 0
+            self.bar.set_postfix_str(f"loss {loss:.4f}, {rate:,.0f} samples/s{hits}", refresh=False)
             self.bar.update(1)
 
     def record(self, record):
-        if record["kind"] == "train" and self.bar is None:
-            self._line(f"step {record['step']:6d}  loss {record['loss']:.4f}  "
-                       f"{record['samples_per_s']:,.0f} samples/s")
+        if record["kind"] == "train":
+            self._hit_rate = record.get("hit_rate")
+            if self.lines:
+                hits = "" if self._hit_rate is None else f"  cache hits {self._hit_rate:.1%}"
+                self._line(f"step {record['step']:6d}  loss {record['loss']:.4f}  "
+                           f"{self._train_rate(record):,.0f} samples/s{hits}")
         elif record["kind"] == "eval":
             teacher = f" (teacher {record['teacher_auc']:.4f})" if "teacher_auc" in record else ""
             self._line(f"step {record['step']:6d}  eval AUC {_num(record['auc'])}{teacher}  log-loss "
@@ -147,6 +154,15 @@ class ProgressBar(Reporter):
             self._line(f"step {record['step']:6d}  checkpoint {record['path']}")
         elif record["kind"] == "warning":  # on stderr, where a script that reads the lines above looks for trouble
             print(f"{PROG}: warning: {record['message']}", file=sys.stderr, flush=True)
+
+    def _train_rate(self, record):
+        """The record's rate, but for the first record, whose steps include the first one (and its compiling):
+        there the steps after the first, on this clock."""
+        (step0, t0), now = self._mark or (record["step"], 0), time.perf_counter()
+        self._mark = record["step"], now
+        if step0 != self._first + 1 or record["step"] <= step0:
+            return record["samples_per_s"]
+        return (record["step"] - step0) * self.batch_size / (now - t0)
 
     def _line(self, text):
         if self.bar is not None:
@@ -163,12 +179,16 @@ def _num(value):
     return "n/a" if value is None else f"{value:.4f}"
 
 
-def summary_line(s):
-    """The one line that ends a run."""
+def summary_line(s, compiling=0.0):
+    """The one line that ends a run; ``compiling``: the seconds of its steps that numba spent compiling, which
+    its rate leaves out."""
     e = s["eval"]
     tasks = f" (tasks {', '.join(map(_num, e['task_auc']))})" if "task_auc" in e else ""
     teacher = f" (teacher {s['teacher_auc']:.4f}, the best reachable)" if s["teacher_auc"] is not None else ""
     rate = f"{s['samples_per_s']:,.0f} samples/s" if math.isfinite(s["samples_per_s"]) else "no steps"
+    if compiling >= 0.1 and s["seconds"] > compiling and math.isfinite(s["samples_per_s"]):
+        rate = (f"{s['samples_per_s'] * s['seconds'] / (s['seconds'] - compiling):,.0f} samples/s, leaving out "
+                f"{compiling:.1f} s of compiling kernels")
     sent = s.get("comm_bytes_per_step")
     comms = (f"; {s['ranks']} ranks sent per step: " + ", ".join(f"{tag} {n:,} B" for tag, n in sent.items() if n)
              if sent and any(sent.values()) else "")
@@ -187,9 +207,12 @@ def main(argv=None, description=None, comm=None):
     several = comm.world_size > 1
     where = f" (rank {comm.rank} of {comm.world_size})" if several else ""
     lead = comm.rank == 0
+    reporter = ProgressBar(config.output.progress) if lead else Reporter()
     try:
         check_startup(config)
-        summary = train(config, ProgressBar(config.output.progress) if lead else Reporter(), comm)
+        with first_compile.watching(reporter.say if lead else lambda line: None, FIRST_COMPILE_S) as compiling:
+            reporter.compiling = compiling
+            summary = train(config, reporter, comm)
     except TrainError as e:
         print(f"{PROG}: error{where}: {e}", file=sys.stderr)
         return e.exit_code
@@ -205,5 +228,5 @@ def main(argv=None, description=None, comm=None):
               "written", file=sys.stderr)
         return getattr(e, "exit_code", 130)
     if lead:
-        print(summary_line(summary))
+        print(summary_line(summary, compiling.seconds - reporter.compiled_before))
     return 0

@@ -126,7 +126,7 @@ def test_table_dims_give_dcn_tables_of_their_own_dims(tmp_path):
     out = train("--model", "dcn", "--config", tmp_path / "dims.toml", "--table-dim", "C3=32", *SHORT)
     summary(out)
     # the file's and the flags' entries add up; the rest keep --embedding-dim
-    assert "C1 (D=4," in out.stdout and "C2 (D=16," in out.stdout and "C3 (D=32," in out.stdout
+    assert "26 tables (--store device): C1 (dim 4); C3 (dim 32); 24 of dim 16" in out.stdout
 
 
 def test_the_mlperf_dcnv2_preset_trains_and_learns(tmp_path):
@@ -136,8 +136,8 @@ def test_the_mlperf_dcnv2_preset_trains_and_learns(tmp_path):
                 "--eval-every", "4", "--log-every", "4", "--no-progress", "--metrics-out", path)
     summary(out)
     assert "preset: mlperf-dcnv2, MLPerf DLRM-DCNv2" in out.stdout and "capped at 1,000,000 rows each" in out.stdout
-    assert re.search(r"model: dcn .*'rank': 512.*'bottom': \[512, 256, 128\]", out.stdout)
-    assert "C21 (D=128," in out.stdout and "rows adagrad lr 0.005" in out.stdout
+    assert re.search(r"model: dcn \(.*rank 512.*bottom 512-256-128.*; 26 tables of dim 128 \(", out.stdout)
+    assert "rows adagrad lr 0.005" in out.stdout
     records = [json.loads(line) for line in path.read_text().splitlines()]
     losses = [r["loss"] for r in records if r["kind"] == "train"]
     aucs = [r["auc"] for r in records if r["kind"] == "eval"]
