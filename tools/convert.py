@@ -1,6 +1,7 @@
 """Convert raw data files to HDF5 shards (layout: gpuemb.io.shards), or write synthetic shards.
 
-    python tools/convert.py criteo day_0.gz day_1.gz --out shards [--split 0.9 0.05 0.05]
+    python tools/convert.py criteo day_0.gz day_1.gz --out shards     # a tenth of the rows held out as test
+    python tools/convert.py criteo day_0.gz --out shards --split 0.8 0.1 0.1
     python tools/convert.py criteo day_0.gz --test day_23.gz --out shards      # split by file
     python tools/convert.py csv data.csv --label y --dense a b --categorical c d --out shards
     python tools/convert.py parquet part-*.parquet --label y --dense a --categorical c tags --max-bag 64 --out shards
@@ -9,9 +10,11 @@
     python tools/convert.py synthetic --preset small --rows 1000000 --test-rows 100000 --out shards
 
 A Parquet list column named with --categorical is a jagged feature, a bag of ids a row (docs/data.md, "Parquet").
-It prints rows per split, rows/s and the bad lines it skipped (the first few as file:line: reason). Input that
-gives no good rows at all is an error (exit 1), as is any other bad input: one line says what and where. So is
-an OUT that holds an earlier conversion, which new shards would mix with: --overwrite replaces it whole.
+By default a tenth of the rows go to test/, which tools/train.py --data OUT evaluates on (--split 1 0 0 keeps them
+all for training; train.py then needs --eval-data). It prints rows per split, rows/s and the bad lines it skipped
+(the first few as file:line: reason). Input that gives no good rows at all is an error (exit 1), as is any other
+bad input: one line says what and where. So is an OUT that holds an earlier conversion, which new shards would mix
+with: --overwrite replaces it whole.
 """
 import argparse
 import math
@@ -24,6 +27,7 @@ if __name__ == "__main__":  # before the heavy imports, so that an error or a Ct
     import _entry
     _entry.guard()
 
+from gpuemb.first_compile import watching
 from gpuemb.io.convert import ConvertOptions, convert
 from gpuemb.io.errors import BadLineWarning, DataError
 from gpuemb.io.formats import FORMATS, NAMED_COLUMNS, schema_for
@@ -31,11 +35,14 @@ from gpuemb.io.reader import ReadOptions
 from gpuemb.io.shards import WriteOptions
 from gpuemb.io.synthetic import PRESETS, write_synthetic
 
+DEFAULT_SPLIT = (0.9, 0.0, 0.1)
+FIRST_COMPILE_S = 10  # the parser's first compile, measured on a 2-core machine: what a first run waits
+
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("format", choices=(*FORMATS, "synthetic"))
+    ap.add_argument("format", choices=(*FORMATS, "synthetic"), help="how to read the inputs, or synthetic rows")
     ap.add_argument("inputs", nargs="*", help="input files (train, or all rows for a ratio split)")
     ap.add_argument("--out", required=True, help="output folder; shards go to OUT/<split>/part-*.h5, listed in "
                     "OUT/<split>/manifest.json")
@@ -44,9 +51,11 @@ def parse_args(argv):
                     "first (without it, converting into a folder that holds one is refused)")
     ap.add_argument("--val", nargs="+", default=[], help="files of the val split (split by file)")
     ap.add_argument("--test", nargs="+", default=[], help="files of the test split (split by file)")
-    ap.add_argument("--split", nargs=3, type=float, default=(1.0, 0.0, 0.0), metavar=("TRAIN", "VAL", "TEST"),
+    # a tenth held out, as tools/train.py holds out of raw files it converts itself (--eval-fraction 0.1)
+    ap.add_argument("--split", nargs=3, type=float, default=DEFAULT_SPLIT, metavar=("TRAIN", "VAL", "TEST"),
                     help="ratios of the rows that go to each split, summing to 1, when no --val or --test files are "
-                    "given (default: 1 0 0, all train)")
+                    "given (default: 0.9 0 0.1, a tenth held out as test, which train.py evaluates on; 1 0 0 "
+                    "holds none out)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the hash that assigns rows to splits (default: 0)")
     ap.add_argument("--freq-threshold", type=int, default=0,
                     help="ids seen fewer times than this in the train rows become one rare id per column (default: "
@@ -54,14 +63,17 @@ def parse_args(argv):
     ap.add_argument("--cap", type=int, nargs="+", default=[0], help="one cap for all columns, or one per column")
     ap.add_argument("--no-log1p", action="store_true", help="keep dense values as they are")
     ap.add_argument("--strict", action="store_true", help="stop at the first bad line")
-    ap.add_argument("--chunk-rows", type=int, default=16384)
+    ap.add_argument("--chunk-rows", type=int, default=16384,
+                    help="rows in each HDF5 chunk, what a read or a CRC covers (default: %(default)s)")
     ap.add_argument("--rows-per-shard", type=int, default=1 << 21,
                     help="rows in each part file, a multiple of --chunk-rows (default: %(default)s)")
-    ap.add_argument("--compression", choices=("gzip",), default=None)
+    ap.add_argument("--compression", choices=("gzip",), default=None,
+                    help="compress the chunks: smaller shards, slower reads (default: none)")
     named = ap.add_argument_group(", ".join(NAMED_COLUMNS), "the columns of each role, named")
-    named.add_argument("--label", nargs="+", default=[])
-    named.add_argument("--dense", nargs="+", default=[])
-    named.add_argument("--categorical", nargs="+", default=[])
+    named.add_argument("--label", nargs="+", default=[], help="the label columns, one a task")
+    named.add_argument("--dense", nargs="+", default=[], help="the numeric feature columns")
+    named.add_argument("--categorical", nargs="+", default=[],
+                       help="the id feature columns (a Parquet list column: a bag of ids a row)")
     named.add_argument("--kind", choices=("str", "hex", "int"), default="str",
                        help="how string tokens become ids (a Parquet int column is always read as int)")
     named.add_argument("--delimiter", default=",", help="csv only")
@@ -71,7 +83,8 @@ def parse_args(argv):
     syn.add_argument("--preset", choices=sorted(PRESETS), default="small",
                      help="the shape of the data: its tables, hotness and teacher (default: small)")
     syn.add_argument("--rows", type=int, default=1_000_000, help="training rows to write (default: %(default)s)")
-    syn.add_argument("--test-rows", type=int, default=100_000)
+    syn.add_argument("--test-rows", type=int, default=100_000,
+                     help="held-out rows to write to test/, 0 for none (default: %(default)s)")
     args = ap.parse_args(argv)
     problem = bad_flags(args)
     if problem:
@@ -108,6 +121,21 @@ def schema_of(args):
                       kind=args.kind, delimiter=args.delimiter)
 
 
+def report_lines(report, compiling, held_out_by):
+    """The rows of each split, and what was held out for train.py; then the time and rate, which leave out what
+    numba spent compiling the parser (the first run's, over most of its time on a small file)."""
+    rows = ", ".join(f"{split}: {n:,} rows" for split, n in report.rows.items()) or "no rows"
+    if report.rows.get("test") or report.rows.get("val"):
+        rows += f" (held out by {held_out_by}; train.py evaluates on {'test' if report.rows.get('test') else 'val'})"
+    else:
+        rows += " (none held out: train.py --data needs --eval-data, or convert with --split 0.9 0 0.1)"
+    working = max(report.seconds - compiling, 1e-9)
+    rate = f"{sum(report.rows.values()) / working:,.0f} rows/s"
+    if compiling >= 0.1:
+        rate += f", leaving out {compiling:.1f} s of compiling the parser"
+    return [rows, f"converted in {report.seconds:.2f} s ({rate}); {report.parse.summary()}"]
+
+
 def main(argv=None):
     args = parse_args(argv)
     write = WriteOptions(args.chunk_rows, args.rows_per_shard, args.compression)
@@ -134,14 +162,16 @@ def main(argv=None):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", BadLineWarning)  # the report below lists them, once each
-            report = convert(inputs, args.out, schema_of(args), options, overwrite=args.overwrite)
+            with watching(lambda line: print(line, flush=True), FIRST_COMPILE_S) as compiling:
+                report = convert(inputs, args.out, schema_of(args), options, overwrite=args.overwrite)
     except DataError as e:
         print(f"convert.py: {e}", file=sys.stderr)
         return 1
     except ValueError as e:  # what only the data can show wrong in the flags: --cap's count against the columns
         print(f"convert.py: {e}", file=sys.stderr)
         return 2
-    print(report)
+    for line in report_lines(report, compiling.seconds, "files" if args.val or args.test else "--split"):
+        print(line)
     for bad in report.parse.first_bad:
         print(f"  skipped {bad}")
     return 0

@@ -86,7 +86,7 @@ def test_converting_again_into_a_used_out_is_one_line_and_overwrite_replaces_it(
     err = capsys.readouterr().err
     assert err.startswith(f"convert.py: {out}: holds an earlier conversion (") and len(err.splitlines()) == 1
     assert "give --overwrite to replace that data set" in err and "Traceback" not in err
-    assert convert.main(["criteo", str(criteo_file(tmp_path, 20)), *args, "--overwrite"]) == 0
+    assert convert.main(["criteo", str(criteo_file(tmp_path, 20)), *args, "--split", "1", "0", "0", "--overwrite"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["train"]  # the first's val split went with it
     assert sorted(p.name for p in (out / "train").iterdir()) == ["manifest.json", "part-00000.h5", "part-00001.h5"]
     assert convert.main(["synthetic", "--rows", "40", "--test-rows", "0", *args]) == 1
