@@ -19,7 +19,7 @@ from gpuemb.serve.rows import FORMATS
 
 
 def parse(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], prog="export.py")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "), prog="export.py")
     p.add_argument("checkpoint", help="a step-* checkpoint folder, or a --checkpoint-dir (its latest checkpoint)")
     p.add_argument("--out", required=True, help="the bundle's folder (made if missing)")
     p.add_argument("--rows", default="fp32", choices=FORMATS, help="how the tables' weights are stored")

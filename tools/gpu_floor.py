@@ -76,9 +76,11 @@ def measured_step_ms(path, config, batch_size, cap=None):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", choices=sorted(CONFIGS), default="mlperf")
-    ap.add_argument("--batch-size", type=int, default=65536)
-    ap.add_argument("--optimizer", choices=sorted(STATE_FLOATS), default="adagrad")
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="mlperf",
+                    help="the tables and layers whose floor to compute (default: %(default)s)")
+    ap.add_argument("--batch-size", type=int, default=65536, help="samples per step (default: %(default)s)")
+    ap.add_argument("--optimizer", choices=sorted(STATE_FLOATS), default="adagrad",
+                    help="the rows' update rule, whose state the step reads and writes (default: %(default)s)")
     ap.add_argument("--cap", type=int, help="rows per table at most (default: the config's; give bench_train's)")
     ap.add_argument("--quick", action="store_true", help="smaller ceiling measurements (a smoke run)")
     ap.add_argument("--measured", metavar="FILE", help="a bench_train.py --json result to compare with")

@@ -40,7 +40,7 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def parse_args(argv):
-    p = _OneLineParser(description=__doc__.splitlines()[0])
+    p = _OneLineParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--preset", choices=sorted(PRESETS), help="a built-in list of tables")
     source.add_argument("--config", metavar="FILE.json", help="tables from a JSON file")
