@@ -1,11 +1,12 @@
 """The main job: train a recommendation model (DLRM by default) and evaluate it, from flags or a config file.
 
-    python tools/train.py                                   # DLRM on synthetic data, best device, ~2 min on a CPU
+    python tools/train.py                                   # DLRM, synthetic data: 252 s on a busy 2-core CPU
     python tools/train.py --model dcn --steps 500
     python tools/train.py --data day_0.gz --format criteo --checkpoint-dir ckpt --checkpoint-every 1000
     python tools/train.py --checkpoint-dir ckpt --resume    # continue from ckpt/latest
     python tools/train.py --config run.toml --metrics-out metrics.jsonl --plot curves.png
-    mpiexec -n 2 python tools/train.py --comm-codec int8    # 2 ranks: tables sharded, dense layers replicated
+    mpiexec -n 2 python tools/train.py --comm-codec int8    # 2 ranks, dense layers replicated; the one shared table
+                                                            # whole on rank 0 (--sharding row splits it)
 
 Everything is in gpuemb.train; `--help` lists the flags.
 """
