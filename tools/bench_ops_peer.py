@@ -131,7 +131,7 @@ def measure(shape, device, budget):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", required=True, metavar="FILE", help="a JSON shape, as bench_ops.py --shape takes")
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the peer runs (default cpu)")
     ap.add_argument("--budget", type=float, default=0.4, help="seconds to spend timing each op (default 0.4)")
     args = ap.parse_args(argv)
     try:

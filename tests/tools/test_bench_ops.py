@@ -11,9 +11,12 @@ import sys
 
 import numpy as np
 import pytest
-from test_bench_train import _tools  # the modules of tools/, imported as the tools import each other
 
 TOOLS = pathlib.Path(__file__).resolve().parents[2] / "tools"
+sys.path.insert(0, str(TOOLS))  # as the tools import each other
+import bench_shape  # noqa: E402
+import bench_shaped_ops as ops  # noqa: E402
+import benchlib  # noqa: E402
 TINY = {"tables": 3, "rows": [50, 2000, 7], "dims": [4, 8, 4], "batch": 32, "bag": "poisson:3", "zipf": 1.05}
 
 
@@ -55,7 +58,6 @@ def test_a_json_shape_of_mixed_dims_runs_beside_its_peer_and_writes_every_field(
 
 
 def test_the_table_keeps_its_columns_in_line_whatever_the_widths():
-    (benchlib,) = _tools("benchlib")
     columns = [benchlib.Column("op", "op"), benchlib.Column("ms", "ms", ".3f"), benchlib.Column("x", "x", ".1f")]
     rows = [{"op": "a much longer op name than the title", "ms": 12345.678}, {"op": "b", "ms": 1.0, "x": 2.0}]
     table = benchlib.Table(columns, rows)
@@ -78,7 +80,6 @@ def test_an_unknown_key_is_one_line_naming_it_and_the_known_ones(tmp_path):
 @pytest.mark.parametrize("bag, says", [("uniform:9:2", "0 <= LO <= HI"), ("gauss:3", "unknown distribution"),
                                        ("zipf:1.2", "takes 2 number(s)"), ("two", "not a bag size")])
 def test_a_bad_bag_distribution_is_one_line(bag, says):
-    (bench_shape,) = _tools("bench_shape")
     with pytest.raises(bench_shape.ShapeError, match=r"^--bag: ") as e:
         bench_shape.resolve({"bag": bag})
     assert says in str(e.value) and "\n" not in str(e.value)
@@ -90,7 +91,6 @@ def test_a_bad_flag_is_one_line_from_the_tool():
 
 
 def test_the_shape_names_are_the_stores():
-    bench_shape, = _tools("bench_shape")
     from gpuemb.kernels.embedding_bag import MODES
     from gpuemb.optim.rule import RULES
     from gpuemb.store.options import DTYPES, SHORT_DTYPES
@@ -100,7 +100,6 @@ def test_the_shape_names_are_the_stores():
 
 
 def test_the_bag_lengths_and_ids_follow_their_law():
-    bench_shape, = _tools("bench_shape")
     rng = np.random.default_rng(5)
     assert set(bench_shape.BagSizes.parse("uniform:0:3").draw(rng, 4000)) == {0, 1, 2, 3}
     zipf = bench_shape.BagSizes.parse("zipf:1.5:50").draw(rng, 4000)
@@ -116,7 +115,6 @@ def test_the_bag_lengths_and_ids_follow_their_law():
 
 @pytest.mark.parametrize("pooling", ["sum", "mean", "max"])
 def test_the_stores_pooled_output_equals_a_numpy_reference(pooling):
-    bench_shape, ops = _tools("bench_shape", "bench_shaped_ops")
     from gpuemb.autograd.backend import to_host
     shape = bench_shape.resolve({**{k: v if not isinstance(v, list) else ",".join(map(str, v))
                                     for k, v in TINY.items()}, "pooling": pooling, "seed": "11"})
@@ -141,7 +139,6 @@ def test_the_stores_pooled_output_equals_a_numpy_reference(pooling):
 
 
 def test_the_bytes_are_the_napkin_math_by_hand():
-    bench_shape, ops = _tools("bench_shape", "bench_shaped_ops")
     shape = bench_shape.resolve({"tables": "2", "rows": "10", "dims": "4,8", "batch": "2", "bag": "2",
                                  "optimizer": "rowwise_adagrad"})
     values = np.array([1, 1, 2, 3, 5, 6, 5, 5])  # table 0: 3 distinct rows of 4 ids, table 1: 2 of 4
