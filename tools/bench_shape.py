@@ -31,7 +31,7 @@ PRECISIONS = {"fp32": "float32", "fp16": "float16", "fp64": "float64"}
 OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam", "ftrl")
 POOLINGS = ("sum", "mean", "max")
 N_BATCHES = 4  # distinct batches each side cycles through, each seen in the warm-up: no timed call inserts them all
-PRIME = (1 << 31) - 1  # ids are scattered by a multiplication modulo the rows (zipf_ids): rows below it
+PRIME = (1 << 31) - 1  # zipf_ids scatters ranks by multiplying by it modulo the rows: a table has fewer rows
 
 
 class ShapeError(ValueError):
