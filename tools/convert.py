@@ -63,6 +63,8 @@ def parse_args(argv):
     ap.add_argument("--cap", type=int, nargs="+", default=[0], help="one cap for all columns, or one per column")
     ap.add_argument("--no-log1p", action="store_true", help="keep dense values as they are")
     ap.add_argument("--strict", action="store_true", help="stop at the first bad line")
+    ap.add_argument("--soft-labels", action="store_true",
+                    help="labels may be any value in [0, 1], not only 0 or 1 (another is a bad line either way)")
     ap.add_argument("--chunk-rows", type=int, default=16384,
                     help="rows in each HDF5 chunk, what a read or a CRC covers (default: %(default)s)")
     ap.add_argument("--rows-per-shard", type=int, default=1 << 21,
@@ -156,9 +158,9 @@ def main(argv=None):
     if args.val or args.test:
         inputs = {"train": args.inputs, **({"val": args.val} if args.val else {}),
                   **({"test": args.test} if args.test else {})}
+    read = ReadOptions(dense_log1p=not args.no_log1p, strict=args.strict, soft_labels=args.soft_labels)
     options = ConvertOptions(tuple(args.split), args.seed, args.freq_threshold,
-                             args.cap[0] if len(args.cap) == 1 else tuple(args.cap),
-                             ReadOptions(dense_log1p=not args.no_log1p, strict=args.strict), write, args.max_bag)
+                             args.cap[0] if len(args.cap) == 1 else tuple(args.cap), read, write, args.max_bag)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", BadLineWarning)  # the report below lists them, once each

@@ -62,8 +62,8 @@ def _argument(f):
     m, kind, default = f.metadata, f.metadata["kind"], default_of(f)
     shown = "" if default in (None, True) or kind == "dict" else f" (default {default})"
     kw = {"help": m["help"] + shown, "dest": key_of(f)}
-    if kind == "bool":
-        kw.update(action="store_false")
+    if kind == "bool":  # the flag turns the default over: --no-progress, --phase-times
+        kw.update(action="store_true" if default is False else "store_false")
     elif kind == "dict":
         kw.update(action="append", type=_key_value, metavar="KEY=VALUE")
     elif kind == "list":

@@ -20,6 +20,7 @@ from gpuemb.io import synthetic
 from gpuemb.io.convert import ConvertOptions, convert
 from gpuemb.io.dataset_manifest import one_conversion
 from gpuemb.io.formats import FORMATS, schema_for
+from gpuemb.io.reader import ReadOptions
 from gpuemb.io.errors import DataError, SchemaError, ShardError
 from gpuemb.io.shards import ShardSource, is_hdf5, list_shards
 
@@ -95,7 +96,8 @@ def _raw(config, workdir, data, fmt, eval_fraction):
     d = config.data
     schema = schema_for(fmt, paths, label=d.label, dense=d.dense, categorical=d.categorical)
     # the run's own scratch folder: whatever a conversion left there before is this run's to replace
-    report = convert(paths, out, schema, ConvertOptions(split=(1 - f, 0.0, f), seed=config.run.seed), overwrite=True)
+    options = ConvertOptions(split=(1 - f, 0.0, f), seed=config.run.seed, read=ReadOptions(soft_labels=d.soft_labels))
+    report = convert(paths, out, schema, options, overwrite=True)
     for split in ("train", "test"):
         if not report.rows.get(split):
             raise ConfigError(f"--data {data}: the conversion left no {split} rows ({report}); give more rows "

@@ -59,6 +59,8 @@ class DataSettings(Section):
     label: list = setting(None, "csv: the label column(s)", kind="list")
     dense: list = setting(None, "csv: the dense (numeric) columns", kind="list")
     categorical: list = setting(None, "csv: the categorical columns", kind="list")
+    soft_labels: bool = setting(False, "raw files: labels may be any value in [0, 1], not only 0 or 1 (another "
+                                "is a bad line either way)")
     eval_fraction: float = setting(None, "raw files: the fraction of rows held out for evaluation (default 0.1; "
                                    "0.3 of mmoe's 200-row census sample)", kind="float", low=0.0, high=1.0)
     eval_data: str = setting(None, "shards: the eval split's folder or file (default: the 'test' or 'val' folder "
@@ -231,9 +233,9 @@ class OutputSettings(Section):
     log_every: int = setting(50, "steps between training metric lines", low=1, resumable=True)
     progress: bool = setting(True, "print plain lines instead of a progress bar", flag="--no-progress",
                              resumable=True)
-    phase_times: int = setting(0, "1 (the flag alone): time each phase of the steps (lookup, interaction, MLPs, "
-                               "backward, row update, communication, dense optimizer) into the train records' "
-                               "'phases'; 0, off, costs a step nothing", low=0, high=1, bare=1, resumable=True)
+    phase_times: bool = setting(False, "time each phase of the steps (lookup, interaction, MLPs, backward, row "
+                                "update, communication, dense optimizer) into the train records' 'phases'; off, it "
+                                "costs a step nothing", resumable=True)
 
 
 @dataclass(frozen=True)

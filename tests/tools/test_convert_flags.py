@@ -102,3 +102,23 @@ def test_each_flag_has_help(convert, capsys, flag):
     entry = re.search(f"^  {flag}( .*?)(?=^  -|^\\S|\\Z)", text + "\n", re.M | re.S).group(1)
     said = re.sub(r"^(\s*([A-Z_]+|\{[^}]*\}))*", "", entry).strip()  # less the metavar
     assert len(said) > 20, entry
+
+
+def test_soft_labels_keep_labels_between_0_and_1_that_are_bad_lines_without_it(convert, tmp_path, capsys):
+    source = criteo_file(tmp_path, 40)
+    lines = source.read_text().splitlines()
+    rng = np.random.default_rng(3)
+    soft = rng.choice(len(lines), 10, replace=False)
+    for i in soft:
+        lines[i] = f"{rng.uniform(0.05, 0.95):.3f}" + lines[i][1:]
+    source.write_text("\n".join(lines) + "\n")
+    args = [str(source), "--split", "1", "0", "0", "--chunk-rows", "8", "--rows-per-shard", "16"]
+    assert convert.main(["criteo", *args, "--out", str(tmp_path / "hard")]) == 0
+    assert "train: 30 rows" in capsys.readouterr().out  # the 10 soft labels were bad lines
+    assert convert.main(["criteo", *args, "--out", str(tmp_path / "soft"), "--soft-labels"]) == 0
+    assert "train: 40 rows" in capsys.readouterr().out
+    from gpuemb.io.shards import ShardSource
+    with ShardSource(str(tmp_path / "soft" / "train")) as src:
+        labels = np.concatenate([src.read_block(i).label for i in range(len(src.blocks))])
+    want = np.array([float(line.split("\t")[0]) for line in lines], np.float32)
+    np.testing.assert_array_equal(labels, want)

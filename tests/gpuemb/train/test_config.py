@@ -116,3 +116,14 @@ def test_a_run_refuses_reduced_precision_on_the_cpu_before_building_anything():
         pytest.skip("checks the CPU's refusal; this backend is " + backend.DEVICE)
     with pytest.raises(ConfigError, match="--precision: fp16 runs on a GPU only"):
         Run(TrainConfig.of(precision="fp16"))
+
+
+@pytest.mark.parametrize("flag, section, key", [("--phase-times", "output", "phase_times"),
+                                                ("--soft-labels", "data", "soft_labels"),
+                                                ("--no-progress", "output", "progress")])
+def test_a_bool_flag_turns_its_default_over_and_a_config_file_sets_it_too(tmp_path, flag, section, key):
+    default = getattr(getattr(parse_config([]), section), key)
+    assert getattr(getattr(parse_config([flag]), section), key) is (not default)
+    path = tmp_path / "run.toml"
+    path.write_text(f"{key} = {str(not default).lower()}\n")
+    assert getattr(getattr(parse_config(["--config", str(path)]), section), key) is (not default)

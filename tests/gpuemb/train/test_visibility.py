@@ -62,7 +62,7 @@ def test_the_device_store_has_no_cache_and_an_admitting_table_says_what_is_pendi
 
 
 def test_phase_times_split_the_step(tmp_path):
-    records = run_records(tmp_path, phase_times=1, **HOST)
+    records = run_records(tmp_path, phase_times=True, **HOST)
     for record in records:
         phases = record["phases"]
         assert {"lookup", "interaction", "mlp_forward", "mlp_backward", "embedding_backward",
@@ -73,7 +73,7 @@ def test_phase_times_split_the_step(tmp_path):
 
 def test_the_plot_draws_the_hit_rate_and_the_phases(tmp_path):
     pytest.importorskip("matplotlib", reason="--plot needs matplotlib (the 'plot' extra)")
-    records = run_records(tmp_path, phase_times=1, **HOST)
+    records = run_records(tmp_path, phase_times=True, **HOST)
     plot_metrics(records + [{"kind": "eval", "step": 6, "auc": 0.6, "log_loss": 0.6}], tmp_path / "run.png")
     assert (tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -95,7 +95,7 @@ def test_the_run_says_what_its_tables_and_activations_take(tmp_path):
 @pytest.mark.skipif(backend.real_gpu(), reason="counts the emulated device's calls, exactly")
 def test_timing_phases_adds_no_launch_or_read_to_a_step(tmp_path):
     small = dict(batch_size=16, steps=3, log_every=1, eval_every=3, eval_rows=32, **HOST)
-    off, on = (run_records(tmp_path, phase_times=t, **small) for t in (0, 1))
+    off, on = (run_records(tmp_path, phase_times=t, **small) for t in (False, True))
     # the first step of a process plans its matmuls' shapes (cuBLASLt), which the next run finds planned
     assert [r["launches"] for r in off[1:]] == [r["launches"] for r in on[1:]] and off[1]["launches"]["cupy"] > 0
     assert "phases" not in off[0] and on[0]["phases"]
