@@ -76,9 +76,9 @@ def write_criteo_tsv(path, rows, seed=0, compress=False):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rows", type=int, default=1_000_000, help="lines of the generated TSV (default 1000000)")
     ap.add_argument("--gzip", action="store_true", help="convert a gzip-compressed TSV")
-    ap.add_argument("--repeats", type=int, default=3, help="conversions timed; the best is reported")
+    ap.add_argument("--repeats", type=int, default=3, help="conversions timed; the best is reported (default 3)")
     ap.add_argument("--keep", help="generate into this folder and keep it (else a temporary one)")
     args = ap.parse_args()
     folder = args.keep or tempfile.mkdtemp(prefix="bench_convert_")

@@ -326,8 +326,12 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, help="default: the config's, 2048 (mlperf-dcnv2: 512)")
     ap.add_argument("--steps", type=int, help="timed steps per row (default: the config's, 30; mlperf-dcnv2: 10)")
     ap.add_argument("--warmup", type=int, help="steps before timing (default: the config's, 5; mlperf-dcnv2: 3)")
-    ap.add_argument("--stores", nargs="+", choices=("device", "host", "ssd"), default=["device", "host", "ssd"])
-    ap.add_argument("--pipeline", choices=("on", "off", "both"), default="both")
+    ap.add_argument("--stores", nargs="+", choices=("device", "host", "ssd"), default=["device", "host", "ssd"],
+                    help="where gpuemb's rows live, a row of results each: device memory, host memory under a device "
+                    "cache, or an HDF5 file under both caches (default: all three)")
+    ap.add_argument("--pipeline", choices=("on", "off", "both"), default="both",
+                    help="prepare each batch while the last one computes (on), after it (off), or a row of each "
+                    "(default both)")
     ap.add_argument("--optimizer", choices=tuple(DENSE), default="adagrad",
                     help="the rows' rule on every side, and SGD or Adagrad for the dense layers (default adagrad)")
     ap.add_argument("--lr", type=float, help="every side's rows and dense layers (default: the config's, 0.01; "
