@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numba
 import numpy as np
 
-from bench_ops import median_seconds
+from bench_ops import copy_rate
 from gpuemb.autograd import backend
 from gpuemb.io.hashing import splitmix64
 from gpuemb.io.synthetic import zipf_constants, zipf_rank
@@ -104,12 +104,8 @@ def moved_bytes(before, after, levels):
 
 def copy_bandwidth(nbytes):
     """Bytes/s (read plus written) of a device-to-device copy of ``nbytes`` on the backend, and its label."""
-    xp = backend.xp
-    src = xp.ones(nbytes // 4, xp.float32)
-    dst = xp.empty_like(src)
-    seconds = median_seconds(lambda: xp.copyto(dst, src), min_repeats=3, max_repeats=10)
     label = "cupy device-to-device copy" if backend.gpu_available() else "numpy copy (no GPU)"
-    return 2 * src.nbytes / seconds, f"{label} of {nbytes / 2 ** 30:.2g} GiB"
+    return copy_rate(backend.xp, nbytes), f"{label} of {nbytes / 2 ** 30:.2g} GiB"
 
 
 def print_table(title, rows, columns):
