@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("torch", reason="the example moves rows to and from torch's nn.EmbeddingBag")
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "store.md"
+DOC = Path(__file__).resolve().parents[3] / "docs/store.md"
 SECTION = "## Pretrained rows, and rows to and from TorchRec"
 
 
