@@ -29,7 +29,7 @@ def parse(argv):
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)  # argparse exits 2 with one line on a bad flag
     from gpuemb.serve.bundle import write_bundle
-    from gpuemb.serve.checkpoint import load_model
+    from gpuemb.serve.checkpoint import load_export
     from gpuemb.serve.manifest import is_bundle
     from gpuemb.train.checkpoint import find_resume
     from gpuemb.train.errors import TrainError
@@ -38,7 +38,8 @@ def main(argv=None):
             raise ValueError(f"{args.checkpoint} is an inference bundle, not a checkpoint; give the step-* folder "
                              "or the --checkpoint-dir that tools/train.py wrote")
         folder, _ = find_resume(args.checkpoint)
-        body = write_bundle(load_model(folder), args.out, args.rows)
+        got = load_export(folder)  # a snapshot's rows are read a chunk at a time, not loaded into the model
+        body = write_bundle(got["model"], args.out, args.rows, got["names"], got["hotness"], got["sources"])
     except (TrainError, ValueError, OSError) as e:
         print(f"export.py: error: {e}", file=sys.stderr)
         return 1

@@ -11,11 +11,13 @@ import os
 import re
 
 from .errors import BundleError
+from .features import JAGGED
 from .initial import KINDS
 from .rows import FORMATS
 
-FORMAT, VERSION = "gpuemb-bundle", 1
+FORMAT, VERSION = "gpuemb-bundle", 2  # 2: the features' hotness, pooling and mixed dims
 MANIFEST, ONNX_FILE, TABLES_FILE = "manifest.json", "model.onnx", "tables.h5"
+POOLING = ("sum", "mean", "max")  # the training collection's modes (gpuemb/kernels/embedding_bag.py)
 MAX_BYTES, MAX_DEPTH = 1 << 24, 16  # a manifest is kilobytes, 5 levels deep: more is not one of ours
 REDO = "export the bundle again with tools/export.py"
 
@@ -153,6 +155,12 @@ def _check_fields(body):
               and init["seed"] < 2 ** 64 and (init.get("scale") is None or type(init["scale"]) in (int, float)
                                               and math.isfinite(init["scale"])),
               f"tables.{name}.initializer", init, f"{{kind: one of {', '.join(KINDS)}, seed: 64 bits, scale}}")
+    features = body.get("features")
+    _need(isinstance(features, list) and len(features) == n_features and all(
+        isinstance(f, dict) and isinstance(f.get("name"), str) and (f.get("hotness") == JAGGED or
+                                                                   _is_int(f.get("hotness"), 1)) for f in features)
+          and len({f["name"] for f in features}) == n_features, "features", features,
+          f"a list of n_features ({n_features}) {{name, hotness: an int >= 1 or {JAGGED!r}}}, names different")
     collections = body.get("collections")
     _need(isinstance(collections, dict) and collections, "collections", collections,
           "a table of the embedding collections")
@@ -164,6 +172,11 @@ def _check_fields(body):
         _need(isinstance(names, list) and len(names) == n_features and
               all(isinstance(n, str) and n in tables for n in names), f"{where}.feature_tables", names,
               f"a list of n_features ({n_features}) names of tables")
+        _need(c.get("pooling") in POOLING, f"{where}.pooling", c.get("pooling"), f"one of {', '.join(POOLING)}")
+        dims = [tables[n]["dim"] for n in names]
+        _need(c.get("dims") == dims, f"{where}.dims", c.get("dims"), f"its tables' dims {dims}")
+        _need(c.get("dim") == (dims[0] if len(set(dims)) == 1 else None), f"{where}.dim", c.get("dim"),
+              "the one dim of its tables, or null where they have several")
 
 
 def _short(value):

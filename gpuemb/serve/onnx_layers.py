@@ -31,9 +31,10 @@ def mlp(g, x, m, in_columns=None):
     return g.op("Sigmoid", x) if m.last_activation == "sigmoid" else x
 
 
-def flat_with_dense(g, emb, dense, F, D):
-    """``[B, F·D + n_dense]``: the flattened embeddings, then the dense features (``dense`` None: none)."""
-    flat = g.reshape(emb, [-1, F * D])
+def flat_with_dense(g, emb, dense, width):
+    """``[B, width + n_dense]``: the embeddings flattened to ``width`` (F·D, or the sum of mixed dims), then the
+    dense features (``dense`` None: none)."""
+    flat = g.reshape(emb, [-1, width])
     return flat if dense is None else g.op("Concat", flat, dense, axis=1)
 
 

@@ -1,6 +1,6 @@
 """The dense part of every model as an ONNX graph: ``export_onnx(model)`` wires the layer emitters as the
 model's ``head`` does, over graph inputs ``dense [B, n_dense]`` (absent when n_dense is 0), ``embeddings
-[B, F, D]`` and, for first-order models, ``first_order [B, F, 1]``. The outputs are ``logits`` (``[B]``, or
+[B, F, D]`` (``[B, width]``, each feature's rows side by side, where the tables have several dims) and, for first-order models, ``first_order [B, F, 1]``. The outputs are ``logits`` (``[B]``, or
 ``[B, T]`` for MMoE with several tasks: what the model's eval forward returns) and ``probabilities``, their
 sigmoid."""
 from gpuemb.kernels.dot_interaction import output_width
@@ -23,7 +23,8 @@ def dlrm(g, model, dense, emb, F, D):
 
 
 def dcn(g, model, dense, emb, F, D):
-    x0 = L.flat_with_dense(g, emb, dense if model.bottom is None else L.mlp(g, dense, model.bottom), F, D)
+    x0 = L.flat_with_dense(g, emb, dense if model.bottom is None else L.mlp(g, dense, model.bottom),
+                            model.embeddings.width)
     x = x0
     for layer in model.cross:
         x = L.cross(g, x0, x, layer)
@@ -49,12 +50,12 @@ def pnn(g, model, dense, emb, F, D):
 
 
 def wide_deep(g, model, dense, emb, F, D, first):
-    deep = g.reshape(L.mlp(g, L.flat_with_dense(g, emb, dense, F, D), model.deep), [-1])
+    deep = g.reshape(L.mlp(g, L.flat_with_dense(g, emb, dense, model.embeddings.width), model.deep), [-1])
     return g.op("Add", L.first_order(g, model.wide, dense, first), deep)
 
 
 def mmoe(g, model, dense, emb, F, D):
-    x = L.flat_with_dense(g, emb, dense, F, D)
+    x = L.flat_with_dense(g, emb, dense, model.embeddings.width)
     H = model.experts[0].layers[-1].weight.shape[0]
     experts = g.op("Concat", *[g.reshape(L.mlp(g, x, e), [-1, 1, H]) for e in model.experts], axis=1)  # [B, E, H]
     logits = []
@@ -75,7 +76,8 @@ def export_onnx(model):
     if kind not in EMITTERS:
         raise ValueError(f"export: no ONNX emitter for {kind}; add one to gpuemb/serve/onnx_models.py")
     F, D = model.embeddings.n_features, model.embeddings.dim
-    inputs = ([("dense", ["B", model.n_dense])] if model.n_dense else []) + [("embeddings", ["B", F, D])]
+    emb = ["B", F, D] if D is not None else ["B", model.embeddings.width]  # mixed dims: the rows side by side
+    inputs = ([("dense", ["B", model.n_dense])] if model.n_dense else []) + [("embeddings", emb)]
     if model.first_order:
         inputs.append(("first_order", ["B", F, 1]))
     g = GraphBuilder()

@@ -1,14 +1,15 @@
 """Predictor: a bundle's predictions from raw keys, with NumPy (and h5py, onnx to read the graph) alone.
 
-``predict(dense [B, n_dense], sparse [B, F] int64)`` looks the keys up in the bundle's tables (features that share
-a table have their keys mixed with the feature's index first, as in training; a key the tables never saw reads
-its initial weights, as the training model's eval does), then runs the ONNX graph on ``[dense, embeddings,
+``predict(dense [B, n_dense], sparse)`` reads the sparse features as bags of keys (a ``[B, F]`` or
+``[B, sum(hotness)]`` matrix, ``JaggedFeatures`` or a dict per feature: ``features.py``), looks them up in the
+bundle's tables and pools them as the training model does (``embed.py``; a key the tables never saw reads its
+initial weights, as the training model's eval does), then runs the ONNX graph on ``[dense, embeddings,
 first-order weights]``: with the NumPy interpreter of ``onnx_numpy.py`` or with onnxruntime.
 
 A request that does not fit is one ``BundleError`` line, never a wrong answer: keys that are not integers (the
-store's own check, ``gpuemb/key_types.py``), a ragged list, dense values that are not finite numbers (training never
-saw one: the readers skip such lines), wrong shapes, and a batch too large for memory. An empty batch is answered
-with an empty result.
+store's own check, ``gpuemb/key_types.py``), features or bags other than the bundle's, dense values that are not
+finite numbers (training never saw one: the readers skip such lines), wrong shapes, and a batch too large for
+memory. An empty batch is answered with an empty result.
 """
 import importlib.util
 import os
@@ -17,10 +18,9 @@ import h5py
 import numpy as np
 import onnx
 
-from gpuemb.key_types import KeyTypeError, integer_keys
-
+from .embed import Embedder
 from .errors import BundleError
-from .keys import table_keys
+from .features import read_bags
 from .manifest import read_manifest
 from .onnx_numpy import NumpyGraph
 from .tables import BundleTable
@@ -43,11 +43,6 @@ def _runtime(name, model):
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     outputs = [o.name for o in model.graph.output]
     return name, lambda feed: session.run(outputs, feed)
-
-
-class KeyTypeBundleError(BundleError, KeyTypeError):
-    """Keys given to ``predict`` that are not integers: a BundleError, as every bad request is, and the store's
-    KeyTypeError, with its message."""
 
 
 def _array(x, name, shape):
@@ -90,6 +85,7 @@ class Predictor:
             self._file = h5py.File(os.path.join(path, m["tables_file"]), "r")
             self.tables = {name: BundleTable(self._file, name, meta, m["rows"], host_cache_rows)
                            for name, meta in m["tables"].items()}
+            self.embedder = Embedder(m["collections"], self.tables)
         except BundleError:
             raise
         except Exception as e:  # the files passed their checksums: a bundle written by something else, whatever breaks
@@ -109,41 +105,30 @@ class Predictor:
         self.close()
 
     def _check(self, dense, sparse):
-        m = self.manifest
-        sparse = _array(sparse, "sparse", f"[B, F] with F = {m['n_features']}")
-        sparse = integer_keys(sparse, "predict: sparse", KeyTypeBundleError)
-        if sparse.ndim != 2 or sparse.shape[1] != m["n_features"]:
-            raise BundleError(f"predict: sparse is {sparse.dtype} of shape {sparse.shape}; want integer keys "
-                              f"[B, F] with F = {m['n_features']}, one key per sparse feature")
-        dense = _array(dense, "dense", f"[B, n_dense] with n_dense = {m['n_dense']}")
-        if dense.shape != (sparse.shape[0], m["n_dense"]):
-            raise BundleError(f"predict: dense has shape {dense.shape}; want [B, n_dense] = [{sparse.shape[0]}, "
-                              f"{m['n_dense']}] (B from the sparse keys)")
-        return _finite(dense), sparse.astype(np.int64)
-
-    def embed(self, sparse):
-        """``{graph input: array}`` of the looked-up weights: ``embeddings [B, F, D]`` (and ``first_order``)."""
-        B, F = sparse.shape
-        feed = {}
-        for c in self.manifest["collections"].values():
-            names = c["feature_tables"][:1] if c["shared"] else c["feature_tables"]
-            rows = [self.tables[n].lookup(k) for n, k in zip(names, table_keys(sparse, c["shared"]))]
-            stacked = rows[0].reshape(B, F, -1) if c["shared"] else np.stack(rows, axis=1)
-            feed[c["input"]] = stacked
-        return feed
+        B, bags = read_bags(sparse, self.manifest["features"])
+        n_dense = self.manifest["n_dense"]
+        dense = _array(dense, "dense", f"[B, n_dense] with n_dense = {n_dense}")
+        if dense.shape != (B, n_dense):
+            raise BundleError(f"predict: dense has shape {dense.shape}; want [B, n_dense] = [{B}, {n_dense}] (B "
+                              "from the sparse keys)")
+        return _finite(dense), B, bags
 
     def predict(self, dense, sparse, probabilities=False):
-        """The model's eval output for ``dense [B, n_dense]`` and ``sparse [B, F]``: logits ``[B]`` (``[B, T]`` for
-        several tasks), or with ``probabilities`` their sigmoid. An empty batch (B = 0) gives an empty float32
-        result of that shape."""
+        """The model's eval output for ``dense [B, n_dense]`` and the ``sparse`` features of B samples (a matrix
+        ``[B, F]`` or ``[B, sum(hotness)]``, ``JaggedFeatures``, or a dict of bags per feature: docs/serve.md):
+        logits ``[B]`` (``[B, T]`` for several tasks), or with ``probabilities`` their sigmoid. An empty batch
+        (B = 0) gives an empty float32 result of that shape."""
+        B = None
         try:
-            dense, sparse = self._check(dense, sparse)
-            if sparse.shape[0] == 0:
+            dense, B, bags = self._check(dense, sparse)
+            if B == 0:
                 return np.zeros((0, *self._task_shape), np.float32)
-            feed = self.embed(sparse)
+            feed = self.embedder.feed(B, bags)
             if "dense" in self.inputs:
                 feed["dense"] = dense
             return self._run(feed)[1 if probabilities else 0]
         except MemoryError:
-            raise BundleError(f"predict: a batch of {len(sparse)} rows does not fit in memory; predict it in "
-                              "smaller batches") from None
+            B = sparse.shape[0] if B is None and isinstance(sparse, np.ndarray) and sparse.ndim else B
+            rows = "" if B is None else f" of {B} rows"
+            raise BundleError(f"predict: a batch{rows} does not fit in memory; predict it in smaller batches") \
+                from None

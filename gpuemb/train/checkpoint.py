@@ -170,7 +170,8 @@ def save_checkpoint(directory, step, config, state, model, cluster, keep=2, data
                     extra = {"checkpoint": token, **({"sharded": sharded} if sharded else {})}
                     if data is not None:
                         extra["data_shape"] = {"n_dense": data.n_dense, "sparse_names": list(data.sparse_names),
-                                               "label_names": list(data.label_names)}
+                                               "label_names": list(data.label_names),
+                                               "sparse_hotness": list(data.train.layout.hotness)}
                     write_manifest(tmp, step, config, entries, **extra)
                     publish(directory, name, final, tmp, keep)
                 except Exception as e:  # raised below, once the other ranks know

@@ -141,10 +141,12 @@ def test_a_damaged_data_shape_is_one_line():
     from gpuemb.serve.checkpoint import data_shape
     from gpuemb.train.checkpoint import CheckpointError
 
-    good = {"data_shape": {"n_dense": 3, "sparse_names": ["a", "b"], "label_names": ["y"]}}
+    good = {"data_shape": {"n_dense": 3, "sparse_names": ["a", "b"], "label_names": ["y"], "sparse_hotness": [3, 0]}}
     shape = data_shape(None, good)
     assert (shape.n_dense, shape.n_features, shape.n_tasks, shape.sparse_names) == (3, 2, 1, ("a", "b"))
+    assert shape.sparse_hotness == (3, "jagged") and shape.hotness is None  # jagged bags come as JaggedFeatures
     for bad in ({"n_dense": "3", "sparse_names": ["a"], "label_names": ["y"]}, {"n_dense": 3, "label_names": ["y"]},
+                {"n_dense": 3, "sparse_names": ["a"], "label_names": ["y"], "sparse_hotness": [1, 2]},
                 {"n_dense": 3, "sparse_names": [], "label_names": ["y"]}, ["not", "a", "dict"]):
         with pytest.raises(CheckpointError, match="data_shape"):
             data_shape(None, {"data_shape": bad})

@@ -33,5 +33,5 @@ def test_initial_weights_equal_the_store(kind, dtype):
 def test_feature_keys_equal_the_collection():
     sparse = np.random.default_rng().integers(-2 ** 63, 2 ** 63 - 1, (64, 9))
     want = store_feature_keys(sparse, np.arange(9))
-    got = feature_keys(sparse)
+    got = feature_keys(sparse, np.arange(9))
     assert np.array_equal(got, want) and not np.array_equal(got, sparse)

@@ -166,17 +166,6 @@ def test_loading_a_bundle_loads_no_training_code(bundle):
     assert not training, training
 
 
-def test_a_multi_hot_model_is_refused_in_one_line(tmp_path):
-    from gpuemb.models import build
-    from gpuemb.serve.bundle import write_bundle
-    from gpuemb.store import TableConfig
-
-    model = build("dlrm", 2, [TableConfig(f"t{i}", 4) for i in range(2)], hotness=(1, 3), bottom=(4,), top=(4,))
-    with pytest.raises(ValueError, match=r"multi-hot features \(hotness \(1, 3\)\)"):
-        write_bundle(model, tmp_path / "b")
-    assert not (tmp_path / "b").exists()
-
-
 def test_an_export_replaces_a_bundle_whole_or_not_at_all(tmp_path, monkeypatch):
     """A second export over a bundle replaces it; one that fails midway (here, its rows) leaves the bundle there
     byte for byte and no temporary folder; a folder of other files is refused and left alone."""
@@ -196,7 +185,7 @@ def test_an_export_replaces_a_bundle_whole_or_not_at_all(tmp_path, monkeypatch):
 
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(bundle, "encode", full_disk)
+    monkeypatch.setattr(bundle, "write_table", full_disk)
     with pytest.raises(BundleError, match=r"tables.h5: cannot be written \(No space left"):
         bundle.write_bundle(model, out, "fp16")
     assert {f.name: f.read_bytes() for f in out.iterdir()} == before
