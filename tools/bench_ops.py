@@ -56,7 +56,8 @@ def _torch_sync():
     return torch.cuda.synchronize if backend.gpu_available() and torch.cuda.is_available() else (lambda: None)
 
 
-# The clock of every single-op benchmark, synchronizing the backend's device (bench_store_stream.py takes it too)
+# The clock of every single-op benchmark, synchronizing the backend's device (copy_rate below, which
+# bench_store_stream.py takes too, times with it)
 median_seconds = functools.partial(bench_clock.median_seconds, sync=backend.synchronize)
 CACHED_COPY = 1 << 20  # bytes of the copy that stays in cache: the scale of a rate above 100% of the ceiling
 
