@@ -1,8 +1,8 @@
 """The dense part of every model as an ONNX graph: ``export_onnx(model)`` wires the layer emitters as the
 model's ``head`` does, over graph inputs ``dense [B, n_dense]`` (absent when n_dense is 0), ``embeddings
-[B, F, D]`` (``[B, width]``, each feature's rows side by side, where the tables have several dims) and, for first-order models, ``first_order [B, F, 1]``. The outputs are ``logits`` (``[B]``, or
-``[B, T]`` for MMoE with several tasks: what the model's eval forward returns) and ``probabilities``, their
-sigmoid."""
+[B, F, D]`` (``[B, width]``, each feature's rows side by side, where the tables have several dims) and, for
+first-order models, ``first_order [B, F, 1]``. The outputs are ``logits`` (``[B]``, or ``[B, T]`` for MMoE with
+several tasks: what the model's eval forward returns) and ``probabilities``, their sigmoid."""
 from gpuemb.kernels.dot_interaction import output_width
 from gpuemb.models.dlrm import PAD_TO
 
