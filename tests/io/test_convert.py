@@ -137,7 +137,7 @@ def test_cli_converts_with_a_split_by_file_and_reports_errors(data, tmp_path, ca
     tool = _tool()
     tsv = str(data / "criteo_sample.tsv")
     assert tool.main(["criteo", tsv, "--test", tsv, "--out", str(tmp_path), "--cap", "100"]) == 0
-    assert "train: 200, test: 200 rows" in capsys.readouterr().out
+    assert "train: 200 rows, test: 200 rows (held out by files" in capsys.readouterr().out
     assert load(str(tmp_path / "test")).sparse.max() < 100
     assert tool.main(["criteo", str(tmp_path / "missing.tsv"), "--out", str(tmp_path / "x")]) == 1
     assert "missing.tsv: no such file" in capsys.readouterr().err
