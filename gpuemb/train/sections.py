@@ -213,12 +213,18 @@ class CheckpointSettings(Section):
     keep_checkpoints: int = setting(2, "complete checkpoints kept; older ones are removed", low=1, resumable=True)
     resume: str = setting(None, "continue from a checkpoint: 'latest' in --checkpoint-dir (the flag alone), or a "
                           "path", kind="str", resumable=True, bare="latest")
+    delta_every: int = setting(0, "steps between online deltas of the tables (the rows changed and the keys dropped "
+                               "since the last one), for a server to follow; 0: none", low=0, resumable=True)
+    delta_dir: str = setting(None, "where deltas go (one file per delta, per rank under mpiexec)", kind="str",
+                             resumable=True)
 
     def check(self):
         if self.resume == "latest" and not self.checkpoint_dir:
             self.fail("resume", "'latest' is looked up in --checkpoint-dir; give that folder, or the checkpoint's path")
         if self.checkpoint_every and not self.checkpoint_dir:
             self.fail("checkpoint_every", "needs --checkpoint-dir, the folder to write checkpoints to")
+        if self.delta_every and not self.delta_dir:
+            self.fail("delta_every", "needs --delta-dir, the folder to write deltas to")
 
 
 @dataclass(frozen=True)
