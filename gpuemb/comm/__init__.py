@@ -2,7 +2,8 @@
 the embedding all-to-all (docs/design.md, "Communication and sharding"; docs/comm.md).
 
 ``init()`` picks the backend: local when the process was not launched by ``mpiexec`` with more than one rank,
-else NCCL on a GPU and MPI on the CPU.
+else NCCL on a GPU and MPI on the CPU; with a link (``init(link=...)`` or ``$GPUEMB_COMM_LINK``) it wraps the
+backend in a ``ModelledCommunicator`` whose collectives take as long as that link would (modelled.py).
 """
 import faulthandler
 import os
@@ -13,7 +14,9 @@ from gpuemb.autograd.backend import gpu_available
 from .base import (DEFAULT_TIMEOUT_S, OPS, REDUCE_OPS, TIMEOUT_ENV, CommError, Communicator, check_agreement, header,
                    resolve_timeout)
 from .codec import CommCodecs, WireCodec, alltoallv_encoded
+from .link import CHOICES as LINKS, LINK_ENV, PRESETS as LINK_PRESETS, Link, link_from_env, parse_link
 from .local import LocalCommunicator
+from .modelled import ModelledCommunicator
 
 BACKENDS = ("auto", "local", "mpi", "nccl")
 # what launchers export: MPICH/Intel MPI (hydra) and Slurm's PMI, Open MPI, MVAPICH
@@ -45,24 +48,29 @@ def _mpi(timeout_s):
     return MpiCommunicator(timeout_s)
 
 
-def init(backend="auto", timeout_s=None):
-    """A Communicator of ``backend``: auto, local, mpi or nccl.
+def init(backend="auto", timeout_s=None, link=None):
+    """A Communicator of ``backend``: auto, local, mpi or nccl; over a modelled ``link`` where one is given.
 
     auto: local for one rank, else nccl on a GPU and mpi on the CPU. ``timeout_s`` bounds every collective
     (default ``$GPUEMB_COMM_TIMEOUT``, else 300 s): past it, every rank is aborted with a one-line reason.
     Under MPI, an uncaught exception on any rank aborts every rank too. ``init`` itself is bounded the same way.
+    ``link``: a ``Link``, or a preset's name or ``LAT_US:GBPS`` (``link.py``), or none (default
+    ``$GPUEMB_COMM_LINK``, else none): every collective then also waits out that link's time (``modelled.py``).
     """
     if backend not in BACKENDS:
         raise ValueError(f"gpuemb.comm.init: backend={backend!r}; use one of {', '.join(BACKENDS)}")
     timeout_s = resolve_timeout(timeout_s)
+    if not isinstance(link, Link):  # a bad name fails here, before MPI starts
+        link = link_from_env() if link is None else parse_link(link)
     # MPI_Init and ncclCommInitRank wait for every rank inside C code, where no Python watchdog can run; a rank
     # that died before init would leave the others there forever. faulthandler's timer is a C thread: past the
     # deadline it prints "Timeout" with the traceback (ending in this function) and exits with status 1.
     faulthandler.dump_traceback_later(timeout_s, exit=True, file=sys.__stderr__)
     try:
-        return _start(backend, timeout_s)
+        inner = _start(backend, timeout_s)
     finally:
         faulthandler.cancel_dump_traceback_later()
+    return inner if link is None else ModelledCommunicator(inner, link)
 
 
 def _start(backend, timeout_s):
@@ -86,4 +94,5 @@ def _start(backend, timeout_s):
 
 __all__ = ["init", "launched_world_size", "BACKENDS", "SIZE_ENV", "RANK_ENV", "Communicator", "CommError", "LocalCommunicator",
            "WireCodec", "CommCodecs", "alltoallv_encoded", "check_agreement", "header", "resolve_timeout",
-           "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "OPS", "REDUCE_OPS"]
+           "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "OPS", "REDUCE_OPS", "ModelledCommunicator", "Link", "parse_link",
+           "LINKS", "LINK_ENV", "LINK_PRESETS"]

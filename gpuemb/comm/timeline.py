@@ -1,0 +1,111 @@
+"""The timeline of a modelled link: each collective's times, grouped by training step, and what a step spent on
+compute, on communication, and on communication it waited for (exposed).
+
+A collective is a :class:`Span` of four times on the communicator's clock: ``issued`` (called), ``waited`` (the
+caller began to wait for its result), ``returned`` (the wrapped backend gave its result) and ``done`` (the link
+would have delivered it too). A blocking collective is waited for as it is issued, so all of it is exposed; an
+overlapped one (a future API that returns a handle) is waited for later, and the time from ``issued`` to
+``waited`` is compute that hid it. Per step:
+
+- ``comm_s``: the collectives' times, ``done - issued``, added;
+- ``exposed_comm_s``: the time the step spent waiting, the union of the spans' ``[waited, done]``;
+- ``compute_s``: the rest of the step, its length less ``exposed_comm_s``;
+- ``modelled_s``: what the link model alone says the collectives take, added.
+"""
+import threading
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Span:
+    """One collective: ``op`` under ``tag``, ``messages`` and ``nbytes`` on the link, its times (module docstring)."""
+
+    op: str
+    tag: str
+    messages: int
+    nbytes: int
+    modelled_s: float
+    issued: float
+    waited: float
+    returned: float
+    done: float
+
+    @property
+    def comm_s(self):
+        return self.done - self.issued
+
+    @property
+    def exposed_s(self):
+        return self.done - self.waited
+
+
+@dataclass(frozen=True)
+class Step:
+    """A training step from ``begin`` to ``end``, with the collectives issued in it."""
+
+    begin: float
+    end: float
+    spans: tuple
+
+    @property
+    def comm_s(self):
+        return sum(s.comm_s for s in self.spans)
+
+    @property
+    def exposed_comm_s(self):
+        covered, reach = 0.0, self.begin  # the union of [waited, done], clipped to the step
+        for s in sorted(self.spans, key=lambda s: s.waited):
+            start, stop = max(s.waited, reach), min(s.done, self.end)
+            if stop > start:
+                covered, reach = covered + stop - start, stop
+        return covered
+
+    @property
+    def compute_s(self):
+        return self.end - self.begin - self.exposed_comm_s
+
+    @property
+    def modelled_s(self):
+        return sum(s.modelled_s for s in self.spans)
+
+
+FIELDS = ("compute_s", "comm_s", "exposed_comm_s", "modelled_s")
+
+
+class Timeline:
+    """The steps and collectives recorded since the last ``summary()``; safe to record from several threads."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._steps, self._open, self._spans = [], None, []  # finished steps; the open step's begin and spans
+
+    def record(self, span):
+        with self._lock:
+            self._spans.append(span)
+
+    def begin_step(self, now):
+        with self._lock:
+            self._open, self._spans = now, []  # what came between steps (an evaluation's) is not a step's
+
+    def end_step(self, now):
+        with self._lock:
+            if self._open is not None:
+                self._steps.append(Step(self._open, now, tuple(self._spans)))
+            self._open, self._spans = None, []
+
+    @property
+    def in_step(self):
+        return self._open is not None
+
+    def steps(self):
+        """The finished steps since the last ``summary()``."""
+        with self._lock:
+            return list(self._steps)
+
+    def summary(self):
+        """``{"steps": n, field: seconds per step}`` of the finished steps since the last call, which are then
+        forgotten; the fields are ``FIELDS`` (module docstring), 0.0 when no step finished."""
+        with self._lock:
+            steps, self._steps = self._steps, []
+        n = max(len(steps), 1)
+        return {"steps": len(steps), **{f: sum(getattr(s, f) for s in steps) / n for f in FIELDS}}
