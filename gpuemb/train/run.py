@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from gpuemb.autograd import backend, launches, transfers
+from gpuemb.comm import ModelledCommunicator
 from gpuemb.io.loader import Loader, LoaderConfig
 
 from . import checkpoint as ckpt
@@ -246,15 +247,18 @@ class Run:
     # -- records ---------------------------------------------------------------------------------------------------
     def train_record(self, lrs, samples_per_s):
         """The mean loss of the steps since the last train record (then forgotten), the lrs of the last step, the
-        tables' levels over those steps and, with ``--phase-times``, their time per phase."""
+        tables' levels over those steps, with ``--phase-times`` their time per phase and, over a modelled link, the
+        steps' compute and communication time (``gpuemb/comm/modelled.py``)."""
         loss = sum(self.window) / len(self.window)
         self.window = []
         sent = {"comm_bytes_per_step": self.cluster.bytes_per_step()} if self.cluster.world_size > 1 else {}
         phases = self.trainer.timer.per_step()
+        comm = self.cluster.comm
+        link = {"link": comm.step_summary()} if isinstance(comm, ModelledCommunicator) else {}
         return {"kind": "train", "step": self.step, "epoch": self.pipeline.epoch, "samples": self.trainer.samples,
                 "loss": loss, "lr": lrs[0], "embedding_lr": lrs[1], "samples_per_s": samples_per_s,
                 **self.counts_per_step(), **sent, **self.table_record(),
-                **({"phases": phases} if phases is not None else {})}
+                **({"phases": phases} if phases is not None else {}), **link}
 
     def table_record(self):
         """``{"tables": this rank's stores (table_stats.py), "hit_rate": the device caches' over the window}``.
