@@ -1,11 +1,11 @@
 """Where each bag goes and where each pooled row comes back: the bookkeeping of the all-to-all for pooled features.
 
 The entries of the exchange are bags, not keys. A bag of a table- or column-wise stream is one entry, to the
-stream's rank. A bag of a row-wise stream is W entries, one to every rank: its sub-bag of the keys that rank owns
-(possibly empty), so every owner returns one partial row per bag and the requester combines the W partials (the
-reduce-scatter's local half; ``pooled_exchange.py``). Entries are sorted as ``Route`` sorts keys: by destination,
-then stream, batch order within; for a row-wise stream that makes its entries, in send order, W blocks of the
-stream's bags in one order.
+stream's rank. A bag of a row-wise stream is one entry to each rank that owns a key of it: its sub-bag of the keys
+that rank owns (never empty; a bag with no key sends nothing), so each owner returns one partial row per sub-bag
+it got and the requester combines a bag's partials (``row_partials.py``). Entries are sorted as ``Route`` sorts
+keys: by destination, then stream, batch order within. No bag index travels: the partials come back in the order
+the sub-bags went, and the requester knows the bag (``pos``) of each.
 
 What travels to each peer: one int64 block of its entries' lengths, then their keys (in entry order); and, where
 any rank has weights, the keys' weights (float32) in a second all-to-all.
@@ -27,11 +27,12 @@ class BagRoute(Route):
         for i, st in enumerate(streams):
             p, bag = bags.sample_major(np.flatnonzero(np.asarray(table_of) == st.table))
             index, n = bags.keys_of(bag)
-            if st.kind == "row":  # W sub-bags a bag, owner-major; each sub-bag's keys in bag order
+            if st.kind == "row":  # a sub-bag to each owner of a key of the bag, owner-major, keys in bag order
                 m = p.size
                 entry = np.repeat(np.arange(m), n) + m * np.asarray(owner(st.table, bags.values[index]), np.int64)
                 index, n = index[np.argsort(entry, kind="stable")], np.bincount(entry, minlength=W * m)
-                p, d = np.tile(p, W), np.repeat(np.arange(W), m)
+                held = n > 0
+                p, d, n = np.tile(p, W)[held], np.repeat(np.arange(W), m)[held], n[held]
             else:
                 d = np.full(p.size, st.rank)
             dest.append(d)

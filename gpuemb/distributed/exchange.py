@@ -62,9 +62,13 @@ class ShardedLookup(Function):
             if s in self.owned:
                 reply[to_device(a.reply_pos[s])] = self.owned[s].data
         rows, _ = c.codecs.alltoallv_forward(c.comm, reply, a.group_counts[g])
-        entries = r.group_index[g]
+        self._place_group(out, g, ids, rows)
+
+    def _place_group(self, out, g, ids, rows):
+        """Write the ``rows`` that came back for group ``g`` (in this rank's send order) of streams ``ids``."""
+        entries = self.route.group_index[g]
         for s in ids:
-            mine = np.flatnonzero(r.stream[entries] == s)
+            mine = np.flatnonzero(self.route.stream[entries] == s)
             self._place(out, s, entries[mine], rows[to_device(mine)])
 
     def _look_up(self):
@@ -93,6 +97,13 @@ class ShardedLookup(Function):
         start, stop = self.c.streams[s].cols
         return gy[to_device(self.route.pos[entries]), start:stop]
 
+    def _fill_grads(self, send, gy, g, ids):
+        """Write into ``send`` the gradient rows of group ``g``'s entries (streams ``ids``), in send order."""
+        entries = self.route.group_index[g]
+        for s in ids:
+            mine = np.flatnonzero(self.route.stream[entries] == s)
+            send[to_device(mine)] = self._grad_rows(gy, s, entries[mine])
+
     def _read_replicas(self, out):
         """Fill the data-parallel tables' places from the local replicas, without inserting."""
         for name, (shard, feats) in self.c.replicas.items():
@@ -113,11 +124,8 @@ class ShardedLookup(Function):
         if c.streams:
             r, a = self.route, self.arrivals
             for g, (width, ids) in enumerate(self.groups):
-                entries = r.group_index[g]
-                send = get_array_module(gy).empty((entries.size, width), np.float32)
-                for s in ids:
-                    mine = np.flatnonzero(r.stream[entries] == s)
-                    send[to_device(mine)] = self._grad_rows(gy, s, entries[mine])
+                send = get_array_module(gy).empty((r.group_index[g].size, width), np.float32)
+                self._fill_grads(send, gy, g, ids)
                 grads, _ = c.codecs.alltoallv_backward(comm, send, r.group_counts[g])
                 for s in ids:
                     if s in self.owned:

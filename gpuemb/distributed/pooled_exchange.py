@@ -5,27 +5,24 @@ The steps of ``ShardedLookup`` (exchange.py), with bags in place of keys (``bag_
 - Table- and column-wise: each bag goes whole to its owner, which pools it in its one lookup of the step (by the
   collection's mode: sum, weighted sum, mean or max; a column shard pools its own columns), and sends back one
   row a bag. The backward sends one gradient row a bag, and the lookup's backward routes it as in one process.
-- Row-wise: every rank gets every bag's sub-bag of the keys it owns and pools it (sum, or max), so every owner
-  holds a partial row for every bag of every rank. Sum and mean combine them as TorchRec does, by one
-  reduce-scatter a width: owner o lays its partials out as W blocks, block q the bags of rank q (padded to the
-  largest rank's count), and rank q gets block q summed over the owners (a mean then divides by the bag's
-  length). Under a compressed forward codec (int8 rows carry their own scales, which do not add on the wire) and
-  for max, the partials go back by the rows' all-to-all instead, and the requester combines them: it sums them,
-  or takes the elementwise max over the owners whose sub-bag was not empty. The backward sends each owner the
-  bag's gradient (over the bag's length for a mean), the reduce-scatter's transpose; for max, only the owner
-  whose partial won an element gets that element's gradient, and its lookup's backward routes it to the row that
-  held its max.
+- Row-wise: each requester sends each owner only the sub-bags of the keys that owner holds (none for a bag it holds
+  no key of), each owner pools its sub-bags (sum, weighted sum, or max; a mean's sub-bags are summed) and sends
+  back one partial row a sub-bag, and the requester combines a bag's partials (``row_partials.py``): their sum
+  (over the whole bag's length for a mean), or their element-wise max. So a requester and an owner exchange a row
+  for each bag with a key in the owner's shard, what the planner's cost model counts. The backward sends each
+  owner the gradient of each sub-bag it pooled (over the bag's length for a mean; for max, only the elements its
+  partial won, zeros elsewhere), and the owner's lookup spreads it over its sub-bag.
 - Data-parallel: each replica pools its rank's bags; the backward gathers every rank's bags and gradients and
   every replica applies them, as for single keys.
 """
 import numpy as np
 
 from gpuemb.autograd.backend import get_array_module, to_device
-from gpuemb.io.bags import concat_ranges
 
 from .bag_routing import ArrivedBags, BagRoute, pack
 from .exchange import ShardedLookup
 from .routing import Arrivals
+from .row_partials import RowPartials
 
 
 class ShardedPooledLookup(ShardedLookup):
@@ -36,8 +33,8 @@ class ShardedPooledLookup(ShardedLookup):
         self.c, self.bags, self.training = collection, bags, training
         self.F, self.B = bags.lengths.shape
         self.mode = collection.mode
-        self.partials = {}  # row-wise stream: (sub-bag lengths [W, n], each max element's owner or None)
-        self.groups, self.reduced = reduce_scattered(collection)
+        self.partials = {}  # group: the RowPartials of its row-wise streams
+        self.groups = collection.groups
 
     def _look_up(self):
         c, comm, W = self.c, self.c.comm, self.c.comm.world_size
@@ -60,31 +57,28 @@ class ShardedPooledLookup(ShardedLookup):
             if keys.size:
                 self.owned[s] = c.shard_of(s).table.lookup(keys, offsets, self._owner_mode(s), self.training, w)
 
-    def _return_rows(self, out, g, width, ids):
-        if g not in self.reduced:
-            return super()._return_rows(out, g, width, ids)
-        c, r = self.c, self.route
-        W, xp = c.comm.world_size, get_array_module(out)
-        n = self.counts[:, ids]  # [W, k]: each rank's bags of each stream, sent whole to every owner
-        N = n.max(axis=0)
-        at = np.cumsum(N) - N  # where each stream's rows start in a block
-        R = int(N.sum())
-        send = xp.zeros((W * R, width), np.float32)  # a sub-bag that held no key here, and padding, add zeros
-        for j, s in enumerate(ids):
-            if s in self.owned:  # its rows arrive peer by peer, each peer's in its bag order, to block q's slots
-                send[to_device(concat_ranges(np.arange(W) * R + at[j], n[:, j]))] = self.owned[s].data
-        mine = c.comm.reduce_scatter(send, tag="a2a_fwd")
-        entries = r.group_index[g]
-        for j, s in enumerate(ids):
-            e = entries[r.stream[entries] == s]  # W blocks of this rank's bags, one a owner, in one bag order
-            m = e.size // W
-            lengths = r.lengths[e].reshape(W, m)
-            pooled = mine[at[j]:at[j] + m]
-            if self.mode == "mean":
-                pooled = pooled / bag_sizes(lengths, xp)
-            self.partials[s] = (lengths, None)
-            start, stop = c.streams[s].cols
-            out[to_device(r.pos[e[:m]]), start:stop] = pooled
+    def _place_group(self, out, g, ids, rows):
+        """Table- and column-wise rows go in place; the row-wise streams' partials combine into their bags' rows."""
+        others, row = self._split(g, ids)
+        super()._place_group(out, g, others, rows)
+        if row.size:  # the row-wise streams of a group return rows of its width: columns [0, width)
+            entries = self.route.group_index[g][row]
+            self.partials[g] = p = RowPartials(self.route.pos[entries], self.route.lengths[entries])
+            out[to_device(p.bags), :rows.shape[1]] = p.combine(rows[to_device(row)], self.mode)
+
+    def _fill_grads(self, send, gy, g, ids):
+        others, row = self._split(g, ids)
+        super()._fill_grads(send, gy, g, others)
+        if row.size:
+            p = self.partials[g]
+            send[to_device(row)] = p.grads(gy[to_device(p.bags), :send.shape[1]], self.mode)
+
+    def _split(self, g, ids):
+        """``(others, row)``: the table- and column-wise streams among group ``g``'s ``ids``, and where the
+        row-wise streams' entries are in the group's send order."""
+        rows = [s for s in ids if self.c.streams[s].kind == "row"]
+        entries = self.route.group_index[g]
+        return [s for s in ids if s not in rows], np.flatnonzero(np.isin(self.route.stream[entries], rows))
 
     def _owner_mode(self, s):
         """A row-wise owner sums a mean's sub-bags: the requester divides by the whole bag's length."""
@@ -92,33 +86,7 @@ class ShardedPooledLookup(ShardedLookup):
 
     @staticmethod
     def _reply_buffer(xp, shape):
-        return xp.zeros(shape, np.float32)  # a stream whose sub-bags were all empty looked nothing up: zeros
-
-    def _place(self, out, s, entries, rows):
-        st = self.c.streams[s]
-        if st.kind != "row":
-            return super()._place(out, s, entries, rows)
-        W = self.c.comm.world_size
-        n = entries.size // W
-        lengths = self.route.lengths[entries].reshape(W, n)
-        pooled, winner = combine(rows.reshape(W, n, st.width), lengths, self.mode)
-        self.partials[s] = (lengths, winner)
-        out[to_device(self.route.pos[entries[:n]]), st.cols[0]:st.cols[1]] = pooled
-
-    def _grad_rows(self, gy, s, entries):
-        st = self.c.streams[s]
-        if st.kind != "row":
-            return super()._grad_rows(gy, s, entries)
-        W = self.c.comm.world_size
-        n = entries.size // W
-        g = super()._grad_rows(gy, s, entries[:n])
-        xp = get_array_module(g)
-        lengths, winner = self.partials[s]
-        if self.mode == "mean":
-            g = g / bag_sizes(lengths, xp)
-        if winner is not None:  # each element's gradient to the owner whose partial max won it, zeros elsewhere
-            return xp.where(winner[None] == xp.arange(W)[:, None, None], g[None], 0).reshape(W * n, st.width)
-        return xp.broadcast_to(g, (W, n, st.width)).reshape(W * n, st.width)
+        return xp.zeros(shape, np.float32)  # a stream whose bags were all empty looked nothing up: zeros
 
     def _read_replicas(self, out):
         self.replica_bags = {}
@@ -161,45 +129,7 @@ class ShardedPooledLookup(ShardedLookup):
             y.backward(get_array_module(grads).concatenate(g).astype(y.dtype))
 
 
-def reduce_scattered(c):
-    """``(groups, reduced)``: the groups of the exchange of ``c``'s bags, and which of them return by reduce-scatter.
-    The row-wise streams of a sum or mean under the fp32 forward codec leave their width's group for a group of
-    their own; the same on every rank, since it follows from the plan, the mode and the codec."""
-    if c.mode == "max" or c.codecs.forward != "fp32":
-        return c.groups, set()
-    kept, reduced = [], []
-    for width, ids in c.groups:
-        rows = [s for s in ids if c.streams[s].kind == "row"]
-        others = [s for s in ids if c.streams[s].kind != "row"]
-        kept += [(width, others)] if others else []
-        reduced += [(width, rows)] if rows else []
-    return kept + reduced, set(range(len(kept), len(kept) + len(reduced)))
-
-
 def _starts(sizes):
     """Where each (rank, table) block of an allgather of ``sizes [W, T]`` starts."""
     flat = sizes.reshape(-1)
     return (np.cumsum(flat) - flat).reshape(sizes.shape)
-
-
-def combine(parts, lengths, mode):
-    """The rows of n bags from the W owners' partial rows ``parts [W, n, w]`` of sub-bags of ``lengths [W, n]``:
-    ``(rows [n, w], winner)``. Summed in rank order (a mean divided by the bag's length); for max, the max over the
-    owners whose sub-bag held a key (zeros where none did), and ``winner [n, w]``, the owner whose partial is each
-    element (the lowest rank on a tie), else None."""
-    xp = get_array_module(parts)
-    if mode != "max":
-        total = parts.sum(axis=0)
-        if mode == "mean":
-            total = total / bag_sizes(lengths, xp)
-        return total, None
-    held = xp.asarray(lengths > 0)[:, :, None]
-    masked = xp.where(held, parts, -np.inf)
-    winner = masked.argmax(axis=0)
-    best = xp.take_along_axis(masked, winner[None], axis=0)[0]
-    return xp.where(held.any(axis=0), best, 0).astype(np.float32), winner
-
-
-def bag_sizes(lengths, xp):
-    """``[n, 1]`` float32: each bag's length from its sub-bags' ``lengths [W, n]``, an empty one's 1 (it is zeros)."""
-    return xp.asarray(np.maximum(lengths.sum(axis=0), 1), np.float32)[:, None]

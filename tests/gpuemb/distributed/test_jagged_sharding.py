@@ -11,7 +11,7 @@ from gpuemb import comm, models, optim
 from gpuemb.distributed import ArrivedBags, Arrivals, BagRoute, ShardedEmbeddingCollection, local_bags, streams_of
 from gpuemb.distributed import pooled_exchange
 from gpuemb.distributed.bag_routing import pack
-from gpuemb.distributed.pooled_exchange import combine
+from gpuemb.distributed.row_partials import RowPartials
 from gpuemb.io.batch import Batch
 from gpuemb.io.jagged import JaggedFeatures
 from gpuemb.kernels.embedding_bag import embedding_bag_max_ref, embedding_bag_ref
@@ -66,8 +66,10 @@ def test_bag_route_and_arrived_bags_match_a_loop_over_every_bag(rng):
                 for b in range(B):
                     for f in np.flatnonzero(table_of == st.table):
                         at = starts[f * B + b] + np.arange(bags.lengths[f, b])
-                        if st.kind == "row":
+                        if st.kind == "row":  # only the owners of a key of the bag get a sub-bag
                             at = at[owner(st.table, bags.values[at]) == p]
+                            if not at.size:
+                                continue
                         entries.append((p, s, b * 5 + f, bags.values[at], bags.weights[at]))
         entries.sort(key=lambda e: (e[0], e[1]))
         sent.append(entries)
@@ -95,27 +97,38 @@ def test_bag_route_and_arrived_bags_match_a_loop_over_every_bag(rng):
 
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
 def test_row_wise_partials_combine_into_the_whole_bags_pooled(mode, rng):
+    """Owners send a partial row only for the sub-bags they hold keys of; the requester's combination is the whole
+    bag pooled, and each partial's gradient is the one-process backward's share of it."""
     W, n = 4, 50
     table = rng.standard_normal((40, 5)).astype(np.float32)
     lengths = rng.integers(0, 7, n)
+    lengths[:3] = 0  # empty bags send nothing and pool to zeros
     slots = rng.integers(0, 40, int(lengths.sum()))
     owner = rng.integers(0, W, 40)[slots]  # a row's rank: a key repeated in a bag goes to one owner
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     bag = np.repeat(np.arange(n), lengths)
-    parts, sub = [], np.zeros((W, n), np.int64)
+    parts, pos, sub, whose = [], [], [], []  # owner after owner, each owner's sub-bags in bag order
     for p in range(W):
         mine = owner == p
-        sub[p] = np.bincount(bag[mine], minlength=n)
-        part_offsets = np.concatenate([[0], np.cumsum(sub[p])])
-        parts.append(embedding_bag_ref(table, slots[mine], part_offsets, "sum" if mode == "mean" else mode))
-    got, winner = combine(np.stack(parts), sub, mode)
-    np.testing.assert_allclose(got, embedding_bag_ref(table, slots, offsets, mode), rtol=1e-6, atol=1e-6)
-    assert (winner is None) == (mode != "max")
-    if mode == "max":  # the winner is the rank holding the key at the one-process argmax
-        _, argmax = embedding_bag_max_ref(table, slots, offsets)
-        held = argmax >= 0
-        np.testing.assert_array_equal(winner[held], owner[argmax[held]])
-        assert (got[lengths == 0] == 0).all() and held.sum() > 0
+        counts = np.bincount(bag[mine], minlength=n)
+        held = np.flatnonzero(counts)
+        part_offsets = np.concatenate([[0], np.cumsum(counts)])
+        parts.append(embedding_bag_ref(table, slots[mine], part_offsets, "sum" if mode == "mean" else mode)[held])
+        pos.append(held), sub.append(counts[held]), whose.append(np.full(held.size, p))
+    pos, whose = np.concatenate(pos), np.concatenate(whose)
+    partials = RowPartials(pos * 3 + 1, np.concatenate(sub))  # places b·F + f of one feature of three
+    got = partials.combine(np.concatenate(parts), mode)
+    full = lengths > 0
+    np.testing.assert_array_equal(partials.bags, np.flatnonzero(full) * 3 + 1)
+    np.testing.assert_allclose(got, embedding_bag_ref(table, slots, offsets, mode)[full], rtol=1e-6, atol=1e-6)
+    gy = rng.standard_normal((n, 5)).astype(np.float32)
+    grads = partials.grads(gy[full], mode)
+    if mode != "max":
+        np.testing.assert_allclose(grads, gy[pos] / (lengths[pos, None] if mode == "mean" else 1), rtol=1e-6)
+        return
+    _, argmax = embedding_bag_max_ref(table, slots, offsets)  # the winner holds the key at one process's argmax
+    winner = np.where(argmax >= 0, owner[np.maximum(argmax, 0)], -1)
+    np.testing.assert_array_equal(grads, np.where(winner[pos] == whose[:, None], gy[pos], 0))
 
 
 def test_every_input_of_pooled_features_is_one_feature_major_csr(rng):
@@ -172,28 +185,14 @@ def test_a_world_of_one_pools_and_trains_like_an_embedding_collection(mode, weig
         np.testing.assert_array_equal(got[2][got_order], want[2][order])
 
 
-@pytest.mark.parametrize("mode, forward, reduced", [("sum", "fp32", True), ("mean", "fp32", True),
-                                                   ("max", "fp32", False), ("sum", "int8", False)])
-def test_row_wise_sums_come_back_by_one_reduce_scatter(mode, forward, reduced, rng, monkeypatch):
-    """Sum and mean pool row-wise bags with a reduce-scatter of the owners' partials, in a group of their own;
-    max, and a compressed forward codec (int8 rows do not add on the wire), send the partials by all-to-all."""
-    codecs = comm.CommCodecs(forward=forward)
-    one = ShardedEmbeddingCollection(CONFIGS, comm.LocalCommunicator(), bags_plan(1), codecs, mode=mode)
-    groups, which = pooled_exchange.reduce_scattered(one)
-    row = [s for s, st in enumerate(one.streams) if st.kind == "row"]
-    assert sorted(s for _, ids in groups for s in ids) == list(range(len(one.streams)))
-    assert [ids for g, (_, ids) in enumerate(groups) if g in which] == ([row] if reduced else [])
-    calls = []
-    real = comm.LocalCommunicator.reduce_scatter
-    monkeypatch.setattr(comm.LocalCommunicator, "reduce_scatter", lambda c, x, **kw: calls.append(x.shape)
-                        or real(c, x, **kw))
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_a_world_of_one_pools_row_wise_bags_through_a_compressed_codec(mode, rng):
+    """int8 partials carry their own scales: each is decoded, then combined, within half a step of its scale."""
+    one = ShardedEmbeddingCollection(CONFIGS, comm.LocalCommunicator(), bags_plan(1), comm.CommCodecs("int8"),
+                                     mode=mode)
     batch = random_jagged(rng, 4, 6)
     want = EmbeddingCollection(CONFIGS, mode=mode)(batch).data
-    if forward == "fp32":
-        np.testing.assert_allclose(one(batch).data, want, rtol=1e-6, atol=1e-7)
-    else:  # half a step of each row's int8 scale
-        np.testing.assert_allclose(one(batch).data, want, rtol=0, atol=np.abs(want).max() / 254 * 1.001)
-    assert calls == ([(6, D)] if reduced else [])  # one bag a sample of the row-wise feature b
+    np.testing.assert_allclose(one(batch).data, want, rtol=0, atol=np.abs(want).max() / 254 * 1.001)
 
 
 def test_single_hot_features_keep_the_plain_exchange(rng, monkeypatch):

@@ -72,8 +72,8 @@ def check_collection(kind, mode, weighted, c, rank, mine):
 
 
 def check_int8_partials(c, rank, mine):
-    """Row-wise mean bags under the int8 forward codec, whose partials return by all-to-all (int8 rows do not add
-    on the wire): each partial off by at most half a step of its row's scale."""
+    """Row-wise mean bags under the int8 forward codec: each partial is decoded before the requester adds them, so
+    each is off by at most half a step of its row's scale."""
     rng = np.random.default_rng([SEED, 9])
     tables = configs()
     the_plan = plan_of("row", c.world_size, tables)
