@@ -41,6 +41,7 @@ class ColumnShardTable(EmbeddingTable):
         self.coupled = couples_columns(config.rule, cols, config.dim)
         self._pending = None
         super().__init__(dataclasses.replace(config, dim=stop - start))
+        self.format.first = start  # stochastic rounding draws by the whole row's column, as the whole table does
 
     def _initial(self, keys):
         w = initial_weights(self.config.initializer, keys, self.full_dim, self.config.dtype)

@@ -12,6 +12,9 @@ from gpuemb import optim
 from gpuemb.autograd.checks import check_int, fail
 from gpuemb.optim.rule import RULES, UpdateRule, rule_class
 
+from .rounding import ROUNDINGS
+from .scores import SCORES
+
 INIT_KINDS = ("uniform", "normal", "truncated_normal", "zeros")
 PLACEMENTS = ("device", "host", "ssd")
 POLICIES = ("lru", "lfu")
@@ -100,14 +103,19 @@ class StoreOptions:
 class EvictionRule:
     """Which keys ``EmbeddingTable.evict`` drops: those that meet every criterion given (docs/store.md, "Eviction").
 
-    ``ttl_steps``: not updated in the table's last ``ttl_steps`` update batches (its clock; needs the per-key tick
-    that a table with this rule in its config keeps). ``min_count``: updated fewer than ``min_count`` times (the
-    row's steps). ``max_l2``: the L2 norm of its weights is below ``max_l2``. So ``EvictionRule(ttl_steps=1000,
-    min_count=5)`` drops stale keys that were seldom trained, and ``EvictionRule(ttl_steps=1000)`` every stale one.
+    The general criterion is a score and a threshold: ``score`` names an eviction score (``scores.SCORES``: a
+    function of a key's weights, update count and age that ranks it, higher kept), and the keys scoring below
+    ``below`` are evicted. The others are settings of it (``criteria()``): ``ttl_steps``: not updated in the
+    table's last ``ttl_steps`` update batches (its clock; needs the per-key tick that a table with this rule in its
+    config keeps); ``min_count``: updated fewer than ``min_count`` times (the row's steps); ``max_l2``: the L2 norm
+    of its weights is below ``max_l2``. So ``EvictionRule(ttl_steps=1000, min_count=5)`` drops stale keys that were
+    seldom trained, and ``EvictionRule(max_l2=0.1)`` is ``EvictionRule(score="l2", below=0.1)``.
     """
     ttl_steps: int = None
     min_count: int = None
     max_l2: float = None
+    score: str = None
+    below: float = None
 
     def __post_init__(self):
         check_int("EvictionRule", "ttl_steps", self.ttl_steps, 1, allow_none=True)
@@ -115,12 +123,33 @@ class EvictionRule:
             fail("EvictionRule", f"ttl_steps={self.ttl_steps}; use fewer than 2**22 = {1 << 22} update batches",
                  "ttl_steps")
         check_int("EvictionRule", "min_count", self.min_count, 1, allow_none=True)
-        if self.max_l2 is not None and not (isinstance(self.max_l2, (int, float)) and math.isfinite(self.max_l2)
-                                            and self.max_l2 > 0):
+        if self.max_l2 is not None and not (_finite(self.max_l2) and self.max_l2 > 0):
             fail("EvictionRule", f"max_l2={self.max_l2!r}; use a finite number > 0, or None", "max_l2")
-        if self.ttl_steps is None and self.min_count is None and self.max_l2 is None:
-            fail("EvictionRule", "no criterion given; set ttl_steps, min_count or max_l2 (a key is evicted when it "
-                 "meets every one given)")
+        if self.score is not None and self.score not in SCORES:
+            fail("EvictionRule", f"score={self.score!r}; use one of {', '.join(SCORES)}, or register one "
+                 "(gpuemb.store.scores.score)", "score")
+        if (self.score is None) != (self.below is None):
+            fail("EvictionRule", "score and below go together: keys whose score is below the threshold are evicted; "
+                 "give both or neither", "below" if self.below is None else "score")
+        if self.below is not None and not _finite(self.below):
+            fail("EvictionRule", f"below={self.below!r}; use a finite number", "below")
+        if not self.criteria():
+            fail("EvictionRule", "no criterion given; set ttl_steps, min_count, max_l2, or score and below (a key "
+                 "is evicted when it meets every one given)")
+
+    def criteria(self):
+        """``[(score name, threshold)]``: a key is evicted when each of these scores it below the threshold."""
+        given = [("recency", None if self.ttl_steps is None else 1 - self.ttl_steps), ("count", self.min_count),
+                 ("l2", self.max_l2), (self.score, self.below)]
+        return [(name, below) for name, below in given if below is not None]
+
+    def reads(self):
+        """What the criteria read beside the keys (``scores.READS``)."""
+        return {r for name, _ in self.criteria() for r in SCORES[name].reads}
+
+
+def _finite(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -129,7 +158,9 @@ class TableConfig:
 
     ``dtype``: how the weights are stored. float32 (the default) and float64 rows keep their optimizer state in
     the same dtype; ``"float16"`` stores the weights in float16 in every tier and snapshot, halving them, keeps
-    the optimizer state float32, and computes lookups and updates in float32 (``row_format.py``).
+    the optimizer state float32, and computes lookups and updates in float32 (``row_format.py``). ``rounding``: how
+    a float16 table rounds its updated weights, to nearest or stochastically from (``initializer.seed``, key, update
+    count, column) (``rounding.py``); a restore may change it.
 
     The lifecycle of keys (docs/store.md, "Admission", "Eviction", "Deltas"): ``admit_after``: a key gets a row
     once it has been in that many batches (None or 1: at once). ``evict``: the ``EvictionRule`` of
@@ -147,6 +178,7 @@ class TableConfig:
     evict: EvictionRule = None
     evict_every: int = None
     track_updates: bool = False
+    rounding: str = "nearest"
 
     def __post_init__(self):
         owner = f"TableConfig({self.name!r})"
@@ -166,6 +198,11 @@ class TableConfig:
         check_int(owner, "dim", self.dim, 1)
         if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
             fail(owner, f"dtype={self.dtype!r}; use one of {', '.join(DTYPES)} (float16 halves the stored weights)")
+        if self.rounding not in ROUNDINGS:
+            fail(owner, f"rounding={self.rounding!r}; use one of {', '.join(ROUNDINGS)}", "rounding")
+        if self.rounding != "nearest" and self.dtype != "float16":
+            fail(owner, f"rounding={self.rounding!r} rounds float16 weights; give dtype='float16' or "
+                 "rounding='nearest'", "rounding")
         if not isinstance(self.rule, UpdateRule) or type(self.rule) not in RULES.values():
             fail(owner, f"rule={type(self.rule).__name__}; use a registered row rule, one of "
                   f"{', '.join(c.__name__ for c in RULES.values())} (gpuemb.optim.RULES)")
@@ -174,7 +211,7 @@ class TableConfig:
 
     def to_dict(self):
         """Plain Python values: what a snapshot stores."""
-        return {"name": self.name, "dim": self.dim, "dtype": self.dtype, "lr": self.lr,
+        return {"name": self.name, "dim": self.dim, "dtype": self.dtype, "rounding": self.rounding, "lr": self.lr,
                 "initializer": dataclasses.asdict(self.initializer), "rule": self.rule.state_dict(),
                 "options": dataclasses.asdict(self.options), "lifecycle": self.lifecycle()}
 
@@ -187,7 +224,7 @@ class TableConfig:
     @property
     def ticks(self):
         """Whether the table keeps each key's last update tick: for deltas, or to evict by age."""
-        return self.track_updates or (self.evict is not None and self.evict.ttl_steps is not None)
+        return self.track_updates or (self.evict is not None and "ages" in self.evict.reads())
 
     @classmethod
     def from_dict(cls, d):
@@ -196,6 +233,7 @@ class TableConfig:
         kind = rule_class(rule.pop("type"), "TableConfig.from_dict")
         life = dict(d.get("lifecycle") or {})  # snapshots before the lifecycle have none
         evict = life.pop("evict", None)
-        return cls(name=d["name"], dim=int(d["dim"]), dtype=d["dtype"], lr=float(d["lr"]),
+        return cls(name=d["name"], dim=int(d["dim"]), dtype=d["dtype"], rounding=d.get("rounding", "nearest"),
+                   lr=float(d["lr"]),
                    initializer=Initializer(**d["initializer"]), rule=kind(**rule),
                    options=StoreOptions(**d["options"]), evict=None if evict is None else EvictionRule(**evict), **life)

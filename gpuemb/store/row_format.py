@@ -16,19 +16,22 @@ The weights columns are plain float16 that any tool reads as they are; a state p
 ``rows[:, a:b].view("<f4")`` (the snapshot records each part's dtype). The state's halves are bit patterns, not
 float16 values, so they only ever move as 16-bit integers, never through float16 arithmetic.
 
-Rounding float32 -> float16 is round-to-nearest-even (NumPy's and CuPy's ``astype``). Stochastic rounding keeps
-the expected weight unbiased, which matters when an update is below half a float16 ulp (a weight near 1 has an ulp
-of 2**-10, so an update under ~5e-4 is lost every time by round-to-nearest). We round to nearest because it is
-deterministic: a row's value depends only on its inputs, so a tiered table still trains bit for bit like a
-device one, a resumed run equals an unbroken one, and tests compare against a NumPy reference exactly. Stochastic
-rounding would need a counter-based stream per (seed, key, step) to keep that, which is the next step if fp16
-rows are seen to stall; with Adagrad-style rules, whose steps are ``lr·g/sqrt(acc)`` and large, they did not
-(docs/store.md, "float16 rows").
+Rounding float32 -> float16 is round-to-nearest-even (NumPy's and CuPy's ``astype``) unless the format's
+``rounding`` is ``"stochastic"`` (``rounding.py``). Round-to-nearest loses every update below half a float16 ulp
+(a weight near 1 has an ulp of 2**-10, so an update under ~5e-4 is lost every time); stochastic rounding keeps the
+expected weight unbiased, so such updates add up. Both are deterministic: stochastic rounding draws its bits from
+(seed, key, the row's update count, column) with a counter-based generator, so a row's value depends only on its
+inputs, a tiered table still trains bit for bit like a device one, a resumed run equals an unbroken one, and tests
+compare against a NumPy reference exactly. Fresh rows and rows whose weights did not change round to nearest (an
+initial draw has no bias to keep, and an unchanged weight is a float16 already). With Adagrad-style rules, whose
+steps are ``lr·g/sqrt(acc)`` and large, round-to-nearest did not stall (docs/store.md, "float16 rows").
 """
 import numpy as np
 
 from gpuemb.autograd.backend import get_array_module
 from gpuemb.optim import init_rows, row_layout
+
+from .rounding import stochastic_round
 
 STATE_DTYPE = np.dtype("<f4")  # the optimizer state of a float16 table
 
@@ -38,10 +41,13 @@ class RowFormat:
 
     ``width``/``dtype``: what a tier holds per row. ``layout``: the stored columns of each part, and
     ``part_dtypes`` the dtype each part reads as. ``compute_dtype``: the dtype of working rows and of lookups.
+    ``rounding`` (``rounding.ROUNDINGS``) and ``seed``: how updated float16 weights are rounded; ``first``: the
+    whole row's column of the first weight (a column shard's start), which stochastic rounding draws by.
     """
 
-    def __init__(self, rule, dim, dtype="float32"):
+    def __init__(self, rule, dim, dtype="float32", rounding="nearest", seed=0, first=0):
         self.rule, self.dim, self.dtype = rule, dim, np.dtype(dtype)
+        self.rounding, self.seed, self.first = rounding, seed, first
         self.packed = self.dtype.itemsize < STATE_DTYPE.itemsize
         self.compute_dtype = STATE_DTYPE if self.packed else self.dtype
         self.working_layout = row_layout(rule, dim)
@@ -68,13 +74,24 @@ class RowFormat:
         """Stored rows of fresh keys from their initial weights ``[n, dim]`` (any float dtype)."""
         return self.pack(init_rows(self.rule, weights.astype(self.compute_dtype, copy=False)))
 
-    def pack(self, rows):
-        """Stored rows ``[n, width]`` from working rows ``[n, row_width]`` (the same array when not packed)."""
+    @property
+    def stochastic(self):
+        """Whether updated weights round stochastically, and so ``pack`` wants their keys and steps."""
+        return self.packed and self.rounding == "stochastic"
+
+    def pack(self, rows, keys=None, steps=None):
+        """Stored rows ``[n, width]`` from working rows ``[n, row_width]`` (the same array when not packed).
+
+        keys, steps: the rows' keys (int64, the table's own) and update counts after this update, with which a
+        stochastic format rounds the weights; without them, or in a nearest one, they round to nearest even."""
         if not self.packed:
             return rows
         xp, D = get_array_module(rows), self.dim
         out = xp.empty((rows.shape[0], self.width), self.dtype)
-        out[:, :D] = rows[:, :D]  # float32 -> float16, round to nearest even
+        if self.stochastic and keys is not None:
+            stochastic_round(rows[:, :D], keys, steps, self.seed, out[:, :D], self.first)
+        else:
+            out[:, :D] = rows[:, :D]  # float32 -> float16, round to nearest even
         state = xp.ascontiguousarray(rows[:, D:], dtype=STATE_DTYPE)
         out.view(np.uint16)[:, D:] = state.view(np.uint16)
         return out

@@ -83,7 +83,8 @@ class EmbeddingTable:
     def __init__(self, config, n_tables=1):
         self.config, self.n_tables = config, n_tables
         self.dim, self.rule, self.lr = config.dim, config.rule, config.lr
-        self.format = RowFormat(config.rule, config.dim, config.dtype)  # float16 weights: see row_format.py
+        self.format = RowFormat(config.rule, config.dim, config.dtype, config.rounding,  # float16: row_format.py
+                                config.initializer.seed)
         self.levels = _levels(config, self.format, self._new_rows, owners=n_tables > 1)
         self.top, self.home = self.levels[0], self.levels[-1]
         self._prefetched = deque()  # (keys, unique keys, inverse, their tags, pinned slots) of prefetches, oldest first
@@ -271,7 +272,10 @@ class EmbeddingTable:
         rows = self.format.unpack(rows)  # float16 weights: updated in float32, rounded back
         xp = backend.get_array_module(rows)
         update_rows(rows, steps, xp.arange(s.shape[0]), grads, self.rule, self.lr)
-        self.top.write(s, self.format.pack(rows), steps)
+        ids = None
+        if self.format.stochastic:  # rounds by the row's own key, as the table alone would
+            ids = keys[positions] if tags is None else unmixed(keys[positions], tags[positions])
+        self.top.write(s, self.format.pack(rows, ids, steps), steps)
         self.top.changed(s)
         self._dirty.append((keys[positions], None if tags is None else tags[positions]))
         self.top.unpin(slots)

@@ -30,7 +30,7 @@ def named_tables(tables):
     return named
 
 
-def check_config(part, name, live, ignore=("options", "lifecycle")):
+def check_config(part, name, live, ignore=("options", "lifecycle", "rounding")):
     """Raise a SnapshotError naming each field where the config of ``part``, a table ``name`` read from a snapshot,
     differs from ``live``, a live table's ``config.to_dict()``; ``ignore``: as ``config_differences`` takes it."""
     diff = config_differences(part.config, live, ignore, f"table {name!r}: config")

@@ -3,10 +3,11 @@ every level, their slots are reused, pinned keys stay, and a table on a drifting
 import numpy as np
 import pytest
 
-from gpuemb.autograd import Tensor
-from gpuemb.autograd.backend import to_device, to_host
+from gpuemb.autograd import Tensor, launches, transfers
+from gpuemb.autograd.backend import get_array_module, to_device, to_host
 from gpuemb.optim import SGDRule
 from gpuemb.store.options import EvictionRule, Initializer, StoreOptions, TableConfig
+from gpuemb.store.scores import score
 from gpuemb.store.table import EmbeddingTable
 
 D = 4
@@ -148,3 +149,67 @@ def test_pending_keys_of_a_drifting_stream_age_out(tmp_path, rng):
         most = max(most, len(evicting.admission))
     assert most <= bound < 4 * 1200 <= len(keeping.admission), (most, len(keeping.admission))
     assert 4 * 100 <= most  # what the TTL keeps: every cold key of the last 100 batches
+
+
+@score("test_weight_sum_per_update", reads=("weights", "steps"))
+def weight_sum_per_update(keys, weights, steps, ages):
+    """A score of the kind a user writes: the weights' sum per update, odd keys kept whatever they hold."""
+    xp = get_array_module(weights)
+    return weights.sum(1) / steps + xp.where(keys % 2 == 1, 1e9, 0.0)
+
+
+@pytest.mark.parametrize("general, criterion", [
+    (EvictionRule(score="l2", below=0.9), EvictionRule(max_l2=0.9)),
+    (EvictionRule(score="count", below=3), EvictionRule(min_count=3)),
+    (EvictionRule(score="recency", below=1 - 6), EvictionRule(ttl_steps=6)),
+], ids=["l2", "count", "recency"])
+def test_a_criterion_is_a_setting_of_a_score_and_threshold(general, criterion, tmp_path, rng):
+    """Two tables trained alike: the score named with a threshold drops what the criterion drops."""
+    twins, ticks = [table(tmp_path, "device", evict=general), table(tmp_path, "device", evict=criterion)], {}
+    for _ in range(25):
+        keys, seed = rng.integers(0, 120, 30) * 31, int(rng.integers(1 << 30))
+        for i, t in enumerate(twins):
+            step(t, keys, np.random.default_rng(seed), ticks if i == 0 else None)
+    want = expected(state(twins[0]), ticks, criterion)
+    assert 0 < len(want) < len(twins[0]) and [t.evict() for t in twins] == [len(want)] * 2
+    assert state(twins[0]).keys() == state(twins[1]).keys()
+
+
+@pytest.mark.parametrize("placement", ["device", "host"])
+def test_a_registered_score_evicts_what_it_scores_below_the_threshold(placement, tmp_path, rng, xp):
+    rule = EvictionRule(min_count=4, score="test_weight_sum_per_update", below=-0.05)
+    t = table(tmp_path, placement, evict=rule)
+    for _ in range(25):
+        step(t, rng.integers(0, 120, 30), rng)
+    before = state(t)
+    want = {k for k, (row, steps) in before.items()
+            if steps < 4 and k % 2 == 0 and row[:D].astype(np.float64).sum() / steps < -0.05}
+    assert 0 < len(want) and t.evict() == len(want)
+    assert state(t).keys() == before.keys() - want
+    t.close()
+
+
+def test_a_score_reading_ages_needs_the_ticks_a_rule_in_the_config_keeps(tmp_path, rng):
+    aged = EvictionRule(score="recency", below=-2)
+    plain = table(tmp_path, "device", evict=EvictionRule(min_count=2))
+    step(plain, rng.integers(0, 50, 20), rng)
+    with pytest.raises(ValueError, match="score='recency' needs each key's last update tick"):
+        plain.evict(aged)
+    assert table(tmp_path, "device", evict=aged).home.touched is not None  # the config's rule keeps them
+
+
+@pytest.mark.gpu
+def test_scores_add_no_readbacks_to_an_evict(tmp_path, rng):
+    """On the device the scores run where the rows are: an evict by every criterion and a user's score reads back
+    what one by a single criterion does, the chunk's evicted keys (and nothing at the steps between evictions)."""
+    counts = []
+    for rule in (EvictionRule(min_count=3), EvictionRule(ttl_steps=6, min_count=3, max_l2=0.9,
+                                                         score="test_weight_sum_per_update", below=0.0)):
+        t = table(tmp_path, "device", evict=rule)
+        for _ in range(10):
+            step(t, rng.integers(0, 120, 30), rng)
+        before, moved = launches.COUNTS.snapshot(this_thread=True), transfers.COUNTS.snapshot()
+        t.evict()
+        counts.append((launches.COUNTS.since(before, this_thread=True)["readbacks"],
+                       transfers.COUNTS.since(moved)["to_host"]))
+    assert counts[0] == counts[1], counts
