@@ -14,7 +14,7 @@ from gpuemb import models
 from gpuemb.distributed import ShardedEmbeddingCollection
 from gpuemb.optim import RULES
 from gpuemb.store.collection import EmbeddingCollection
-from gpuemb.store.options import SHORT_DTYPES, Initializer, StoreOptions, TableConfig
+from gpuemb.store.options import SHORT_DTYPES, Initializer, TableConfig
 
 from .errors import ConfigError
 
@@ -28,8 +28,7 @@ def table_configs(config, data, ssd_dir=None, lr=None):
     store, o = config.store, config.optimization
 
     def options(name):
-        path = os.path.join(ssd_dir, f"{name}.h5") if store.placement == "ssd" else None
-        return StoreOptions(store.placement, store.cache_rows, store.host_cache_rows, ssd_path=path)
+        return store.options(os.path.join(ssd_dir, f"{name}.h5") if store.placement == "ssd" else None)
 
     def table(name):
         dim = config.model.table_dims.get(name, config.model.embedding_dim)
@@ -37,7 +36,7 @@ def table_configs(config, data, ssd_dir=None, lr=None):
                            initializer=Initializer(o.embedding_init, o.embedding_init_scale, config.run.seed),
                            rule=RULES[o.embedding_optimizer](), lr=o.embedding_lr if lr is None else lr,
                            options=options(name), admit_after=store.admit_after, evict=store.eviction(),
-                           evict_every=store.evict_every)
+                           evict_every=store.evict_every, rounding=store.row_rounding)
 
     if config.model.tables == "shared":
         return table("embeddings")

@@ -17,13 +17,16 @@ from gpuemb.io.synthetic import PRESETS as SYNTHETIC_PRESETS
 from gpuemb.kernels.codecs import CODECS
 from gpuemb.kernels.mlp import PRECISIONS
 from gpuemb.sharding.spec import SHARDINGS
-from gpuemb.store.options import INIT_KINDS, PLACEMENTS, SHORT_DTYPES, EvictionRule, StoreOptions
+from gpuemb.store.options import INIT_KINDS, PLACEMENTS, POLICIES, SHORT_DTYPES, EvictionRule, StoreOptions
+from gpuemb.store.rounding import ROUNDINGS
+from gpuemb.store.scores import SCORES
 
 from .fields import Section, flag_of, setting
 
 PRESETS = ("quick", *SYNTHETIC_PRESETS)  # quick: gpuemb.train.data.QUICK, sized for a CPU run
 TABLES = ("shared", "per-feature")
-EVICT_FLAGS = {"evict_ttl": "ttl_steps", "evict_min_count": "min_count", "evict_max_l2": "max_l2"}  # -> EvictionRule
+EVICT_FLAGS = {"evict_ttl": "ttl_steps", "evict_min_count": "min_count", "evict_max_l2": "max_l2",
+               "evict_score": "score", "evict_below": "below"}  # -> EvictionRule
 RUN_SHARDINGS = tuple(s for s in SHARDINGS if s != "data")  # every table replicated is no sharding at all
 
 
@@ -110,6 +113,9 @@ class StoreSettings(Section):
                                    resumable=True)
     ssd_dir: str = setting(None, "ssd: the folder of the tables' files (default: a temp folder)", kind="str",
                            resumable=True)
+    # which rows a cache holds changes where rows are read from, never what a step computes: a resume may change it
+    cache_policy: str = setting(None, "host/ssd: which rows a full cache evicts, the least recently (lru) or least "
+                                "frequently (lfu) used (default lru)", choices=POLICIES, resumable=True)
     embedding_dtype: str = setting("fp32", "how embedding weights are stored in every tier and checkpoint: fp16 "
                                    "halves them, keeps the optimizer state fp32 and works on any device",
                                    choices=SHORT_DTYPES)
@@ -124,24 +130,42 @@ class StoreSettings(Section):
                                    low=1)
     evict_max_l2: float = setting(None, "--evict-every: evict keys whose weights' L2 norm is below this",
                                   kind="float", low=0.0)
+    evict_score: str = setting(None, "--evict-every: evict keys whose score is below --evict-below: l2 (their "
+                               "weights' L2 norm), count (their updates), recency (minus the update batches since "
+                               "their last), or a score registered in gpuemb.store.scores", choices=SCORES)
+    evict_below: float = setting(None, "--evict-score: the threshold under which a key is evicted", kind="float")
+    row_rounding: str = setting("nearest", "fp16: how updated weights are rounded to fp16; stochastic keeps updates "
+                                "below half an fp16 step in expectation, drawn from the seed, key, update count and "
+                                "column, so runs and resumes stay reproducible (docs/store.md, 'float16 rows')",
+                                choices=ROUNDINGS)
 
     def check(self):
         # where rows live is the store's own setting: StoreOptions checks the combinations, named here by their flags
         path = (self.ssd_dir or "a temporary folder") if self.placement == "ssd" else self.ssd_dir
         try:
-            StoreOptions(self.placement, self.cache_rows, self.host_cache_rows, ssd_path=path)
+            self.options(path)
         except SettingError as e:
             self.fail({"ssd_path": "ssd_dir"}.get(e.name, e.name), e.message)
+        if self.cache_policy is not None and self.placement == "device":
+            self.fail("cache_policy", "chooses what a full cache evicts, and --store device has none; drop it, or "
+                      "use --store host or ssd with --cache-rows")
+        if self.row_rounding != "nearest" and self.embedding_dtype != "fp16":
+            self.fail("row_rounding", f"{self.row_rounding} rounds fp16 weights; add --embedding-dtype fp16")
         criteria = self.given(*EVICT_FLAGS)
         if criteria and self.evict_every is None:
             self.fail(criteria[0], "is applied every --evict-every update batches; give --evict-every too")
         if self.evict_every is not None and not criteria:
-            self.fail("evict_every", "evicts the keys that meet --evict-ttl, --evict-min-count or --evict-max-l2; "
-                      "give at least one")
+            self.fail("evict_every", "evicts the keys that meet --evict-ttl, --evict-min-count, --evict-max-l2 or "
+                      "--evict-score; give at least one")
         try:
             self.eviction()
         except SettingError as e:
             self.fail({v: k for k, v in EVICT_FLAGS.items()}.get(e.name, "evict_every"), e.message)
+
+    def options(self, ssd_path=None):
+        """The ``StoreOptions`` of these settings (``ssd_path``: a table's file, for an ssd home)."""
+        return StoreOptions(self.placement, self.cache_rows, self.host_cache_rows, ssd_path=ssd_path,
+                            policy=self.cache_policy or StoreOptions.policy)
 
     def eviction(self):
         """The ``EvictionRule`` of the --evict-* flags, or None."""
