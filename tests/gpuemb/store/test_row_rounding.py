@@ -6,6 +6,7 @@ import pytest
 from gpuemb.autograd import Tensor
 from gpuemb.autograd.backend import to_device, to_host
 from gpuemb.optim import AdamRule, SGDRule
+from gpuemb.store.collection import EmbeddingCollection
 from gpuemb.store.options import Initializer, StoreOptions, TableConfig
 from gpuemb.store.rounding import stochastic_round, stochastic_round_ref
 from gpuemb.store.table import EmbeddingTable
@@ -91,3 +92,21 @@ def test_a_seed_fixes_every_bit_on_every_store(rule, rng, tmp_path):
     np.testing.assert_array_equal(runs["again"], runs["device"])
     np.testing.assert_array_equal(runs["host"], runs["device"])  # a cached table rounds as a device one
     assert (runs["nearest"] != runs["device"]).any()
+
+
+def test_a_table_batched_with_others_rounds_as_it_would_alone(rng):
+    """Tables of one row format share a store whose keys are mixed with the table's index: the rounding draws from
+    each table's own key, so every bit is as with a store per table."""
+    configs = [TableConfig(f"t{i}", 8, "float16", Initializer("uniform", 1.0, seed=4), SGDRule(), 0.01,
+                           rounding="stochastic") for i in range(2)]
+    sparse = [rng.integers(0, 60, (32, 2)) for _ in range(6)]
+    grads = [rng.standard_normal((32, 2, 8)).astype(np.float32) for _ in range(6)]
+    got = []
+    for batched in (True, False):
+        coll = EmbeddingCollection(configs, batched=batched)
+        for x, gy in zip(sparse, grads):
+            (coll(to_device(x)) * Tensor(to_device(gy))).sum().backward()
+        got.append([rows(t) for t in coll.tables])
+    assert len(coll.stores) == 2 and len(EmbeddingCollection(configs).stores) == 1
+    for a, b in zip(*got):
+        np.testing.assert_array_equal(a, b)
