@@ -8,10 +8,14 @@ has one order of all rows, the same on every rank:
 1. the blocks are permuted (seeded by ``(seed, epoch)``) and grouped into windows of ``shuffle_window`` blocks;
 2. the rows of each window are permuted (seeded by ``(seed, epoch, window)``): the block shuffle.
 
-Rank r of n takes rows ``[r N / n, (r + 1) N / n)`` of that order, so the ranks' parts are disjoint, cover every
-row, and differ in size by at most one row. The position within the rank's part is the exact resume point:
-``state_dict()`` holds (epoch, position), and a loader given it yields exactly the batches an uninterrupted run
-would have yielded next.
+The global batches are consecutive runs of ``batch_size`` rows of that order, and rank r of W takes rows
+``[r n / W, (r + 1) n / W)`` of each batch of n rows (:func:`rank_part`), so W ranks together see the batches of
+one process. A rank reads only the blocks that hold rows of its parts, and makes only those rows where the source
+can make rows alone (``read_rows(i, rows)``: synthetic data); so with shuffled shards, whose every batch draws on
+every block of its window, it still reads each block, but it stages only its own rows. The position in the
+epoch's order is the exact resume point, the global batches' whatever the world size: ``state_dict()`` holds
+(epoch, position), and a loader given it, of any rank and world size, yields exactly the batches an uninterrupted
+run would have yielded next.
 
 Batches are gathered into one page-locked staging buffer (``batch.Staging``: label, dense and sparse side by
 side) and copied to the device in one transfer on a side stream (``backend.new_stream``), which the producer
@@ -30,10 +34,16 @@ from gpuemb.io.jagged import JaggedFeatures
 from gpuemb.io.prefetch import Prefetcher
 
 
+def rank_part(n, rank, world_size):
+    """Rows ``[lo, hi)`` of a global batch of ``n`` rows (an int or an array of them) that rank ``rank`` of
+    ``world_size`` trains on: the ranks' parts are contiguous, in rank order, and differ by at most one row."""
+    return rank * n // world_size, (rank + 1) * n // world_size
+
+
 @dataclass(frozen=True)
 class LoaderConfig:
     """Batching, shuffling, prefetch depth and this process's rank."""
-    batch_size: int
+    batch_size: int  # the global batch: rank r of W yields its rank_part of each
     shuffle: bool = True
     seed: int = 0
     drop_last: bool = True  # drop the last partial batch of an epoch, else yield it short
@@ -52,7 +62,8 @@ class LoaderConfig:
         return self
 
 
-_RESUME_KEYS = ("seed", "shuffle", "shuffle_window", "rank", "world_size")
+# what must match for a resume; the rank and world size need not: the position is the global batches'
+_RESUME_KEYS = ("seed", "shuffle", "shuffle_window")
 
 
 class Loader:
@@ -60,16 +71,14 @@ class Loader:
 
     def __init__(self, source, config):
         self.source, self.config = source, config.validate()
-        n, r, w = source.n_rows, config.rank, config.world_size
-        self.lo, self.hi = r * n // w, (r + 1) * n // w
         self.epoch, self.position = 0, 0
         self.rows, self.batches, self.seconds, self.stalls, self.stall_s = 0, 0, 0.0, 0, 0.0
+        self.blocks_read, self.rows_read, self.bytes_read = 0, 0, 0  # counted by the prefetch thread
         self._device, self._stream = backend.current_device(), backend.new_stream()  # the rank's GPU, for the thread
 
     def __len__(self):
         """Batches in a whole epoch of this rank."""
-        rows, bs = self.hi - self.lo, self.config.batch_size
-        return rows // bs if self.config.drop_last else -(-rows // bs)
+        return self._parts(0)[0].size
 
     def __iter__(self):
         prefetcher = Prefetcher(self._produce(self.epoch, self.position), self.config.prefetch)
@@ -87,12 +96,15 @@ class Loader:
             self.stall_s += prefetcher.stall_s
 
     def stats(self):
-        """Rows/s while iterating, and the stalls: the times the consumer found no batch ready."""
+        """Rows yielded and rows/s while iterating; the stalls: the times the consumer found no batch ready; and
+        what was read from the source to make them (the batches prefetched ahead included): blocks, rows read
+        or made, and their bytes as read."""
         return {"rows": self.rows, "batches": self.batches, "rows_per_s": self.rows / max(self.seconds, 1e-9),
-                "stalls": self.stalls, "stall_s": self.stall_s}
+                "stalls": self.stalls, "stall_s": self.stall_s, "blocks_read": self.blocks_read,
+                "rows_read": self.rows_read, "bytes_read": self.bytes_read}
 
     def state_dict(self):
-        """The exact position to resume from: epoch and rows of this rank's part already yielded."""
+        """The exact position to resume from: the epoch, and the rows of its order in the global batches yielded."""
         c = self.config
         return {"epoch": self.epoch, "position": self.position, "n_rows": self.source.n_rows,
                 **{k: getattr(c, k) for k in _RESUME_KEYS}}
@@ -104,9 +116,9 @@ class Loader:
             if state[k] != mine[k]:
                 raise ValueError(f"Loader.load_state_dict: {k} was {state[k]!r} when saved and is {mine[k]!r} "
                                  "now; an exact resume needs the same data and order settings")
-        if not 0 <= state["position"] <= self.hi - self.lo:
-            raise ValueError(f"Loader.load_state_dict: position {state['position']} is outside this rank's "
-                             f"{self.hi - self.lo} rows")
+        if not 0 <= state["position"] <= self.source.n_rows:
+            raise ValueError(f"Loader.load_state_dict: position {state['position']} is outside the epoch's "
+                             f"{self.source.n_rows} rows")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
     def _windows(self, epoch):
@@ -118,28 +130,68 @@ class Loader:
         starts = np.concatenate([[0], np.cumsum([sizes[w].sum() for w in windows])])
         return windows, starts
 
+    def _parts(self, position):
+        """(first, end) in the epoch's order of this rank's part of each global batch from ``position``, and the
+        position after each batch. A last short batch of fewer rows than ranks leaves some ranks no part of it."""
+        c, n = self.config, self.source.n_rows
+        first = np.arange(position, n, c.batch_size)
+        sizes = np.minimum(n - first, c.batch_size)
+        if c.drop_last:
+            first, sizes = first[sizes == c.batch_size], sizes[sizes == c.batch_size]
+        lo, hi = rank_part(sizes, c.rank, c.world_size)
+        some = hi > lo
+        return first[some] + lo[some], first[some] + hi[some], (first + sizes)[some]
+
     def _produce(self, epoch, position):
-        """Yield (device batch, position after it) from ``position`` to the end of this rank's part."""
+        """Yield (device batch, position after it): this rank's part of each global batch from ``position``."""
         c = self.config
+        lo, hi, ends = self._parts(position)
         windows, starts = self._windows(epoch)
-        at, end = self.lo + position, self.hi
-        pending, filled = [], 0  # pieces (rows, row indices) of the batch being assembled
-        for w in range(np.searchsorted(starts, at, side="right") - 1, len(windows)):
-            if starts[w] >= end:
+        k, pending, filled = 0, [], 0  # the part being assembled, its pieces (rows, row indices) and their rows
+        for w in range(len(windows)):
+            if k == lo.size:
                 break
-            rows = Batch.concat([self.source.read_block(int(b)) for b in windows[w]])
-            order = (np.random.default_rng([c.seed, epoch, w]).permutation(rows.rows) if c.shuffle
-                     else np.arange(rows.rows))
-            a, b = max(at, starts[w]) - starts[w], min(end, starts[w + 1]) - starts[w]
-            while a < b:
-                take = min(b - a, c.batch_size - filled)
-                pending.append((rows, order[a:a + take]))
-                filled, a, at = filled + take, a + take, at + take
-                if filled == c.batch_size:
-                    yield self._stage(pending, filled), at - self.lo
-                    pending, filled = [], 0
-        if filled and not c.drop_last:
-            yield self._stage(pending, filled), at - self.lo
+            # the pieces of this rank's parts that fall in window w; none: the window is not read at all
+            a, b = starts[w], starts[w + 1]
+            pieces = [(j, max(lo[j], a), min(hi[j], b)) for j in range(k, np.searchsorted(lo, b))]
+            if not pieces:
+                continue
+            wanted = np.concatenate([np.arange(p, q) for _, p, q in pieces]) - a
+            if c.shuffle:
+                wanted = np.random.default_rng([c.seed, epoch, w]).permutation(b - a)[wanted]
+            rows, at = self._read(windows[w], wanted)
+            done = 0
+            for j, p, q in pieces:
+                pending.append((rows, at[done:done + q - p]))
+                filled, done = filled + q - p, done + q - p
+                if q == hi[j]:
+                    yield self._stage(pending, filled), int(ends[j])
+                    k, pending, filled = j + 1, [], 0
+
+    def _read(self, blocks, wanted):
+        """(a Batch, where each of ``wanted`` is in it): the rows ``wanted`` of ``blocks`` side by side, from only
+        the blocks that hold some of them."""
+        first = np.concatenate([[0], np.cumsum(self.source.block_sizes[blocks])])
+        block = np.searchsorted(first, wanted, side="right") - 1
+        parts, at, n = [], np.empty(wanted.size, np.int64), 0
+        for j in np.unique(block):
+            mine = np.flatnonzero(block == j)
+            part, where = self._block_rows(int(blocks[j]), wanted[mine] - first[j])
+            parts.append(part)
+            at[mine] = n + where
+            n += part.rows
+        return Batch.concat(parts), at
+
+    def _block_rows(self, i, rows):
+        """(a Batch holding rows ``rows`` of block ``i``, where each of them is in it): those rows alone where the
+        source makes rows on their own (synthetic), else the whole block, read and checked as one chunk."""
+        read_rows = getattr(self.source, "read_rows", None)
+        got, where = (read_rows(i, rows), np.arange(rows.size)) if read_rows else (self.source.read_block(i), rows)
+        self.blocks_read += 1
+        self.rows_read += got.rows
+        self.bytes_read += sum(a.nbytes for a in got.arrays()) + (
+            got.bags.lengths.nbytes + got.bags.values.nbytes if got.bags is not None else 0)
+        return got, where
 
     def _stage(self, pieces, n):
         """Gather the pieces into one pinned buffer, copy it to the device in one transfer, and wait for the copy."""

@@ -20,8 +20,8 @@ against the sampled labels) is the best any model can reach;
 :func:`teacher_auc` measures it on a held-out split.
 
 Every value of row i is a function of (seed, split, i) through a counter-based generator, so the data is the
-same for any block size, thread count or order of generation, and a block can be made on its own: that is how
-:class:`SyntheticSource` feeds the loader on the fly.
+same for any block size, thread count or order of generation, and any rows can be made on their own: that is
+how :class:`SyntheticSource` feeds the loader on the fly, each rank making only the rows it trains on.
 """
 import math
 from dataclasses import asdict, dataclass
@@ -198,9 +198,9 @@ def _row(row, i, stream, cards, hot_off, alpha, zipf, decay, perm_a, perm_b, sal
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
-def _generate(first, stream, cards, hot_off, alpha, zipf, decay, perm_a, perm_b, salts, scales, w, P, coef,
+def _generate(rows, stream, cards, hot_off, alpha, zipf, decay, perm_a, perm_b, salts, scales, w, P, coef,
               label, dense, sparse, logit):
-    """Rows ``first..first+n`` of ``stream`` into label/dense/sparse and their teacher logits.
+    """Rows ``rows`` (their numbers, in any order) of ``stream`` into label/dense/sparse and their teacher logits.
 
     ``zipf[t]`` holds table t's :func:`zipf_constants`; ``decay`` is 1 / decay_rank (0: off); ``coef`` is
     (bias, linear coefficient, cross coefficient).
@@ -209,7 +209,7 @@ def _generate(first, stream, cards, hot_off, alpha, zipf, decay, perm_a, perm_b,
     for c in numba.prange(n_chunks):  # scratch vectors once per chunk of rows, not per row
         v, total = np.empty(P.shape[0]), np.empty(P.shape[0])
         for i in range(c * 256, min(c * 256 + 256, label.size)):
-            _row(first + i, i, stream, cards, hot_off, alpha, zipf, decay, perm_a, perm_b, salts, scales, w, P, coef,
+            _row(rows[i], i, stream, cards, hot_off, alpha, zipf, decay, perm_a, perm_b, salts, scales, w, P, coef,
                  label, dense, sparse, logit, v, total)
 
 
@@ -252,13 +252,17 @@ class _Teacher:
 
     def generate(self, first, n, split):
         """(Batch, logits) of rows ``first..first+n`` of a split (its index in SPLITS; -1 is calibration)."""
-        c = self.config
+        return self.generate_rows(np.arange(first, first + n, dtype=np.int64), split)
+
+    def generate_rows(self, rows, split):
+        """(Batch, logits) of the rows numbered ``rows``, in that order, of a split (as :meth:`generate`)."""
+        c, n = self.config, rows.size
         batch = Batch(np.empty(n, np.float32), np.empty((n, c.n_dense), np.float32),
                       np.empty((n, int(self.hot_off[-1])), np.int64))
         logit = np.empty(n)
         stream = np.uint64(mix(self.seed_key, split + 2))
         decay = 1.0 / c.decay_rank if c.decay_rank else 0.0
-        _generate(first, stream, self.cards, self.hot_off, c.alpha, self.zipf, decay, self.perm_a, self.perm_b,
+        _generate(rows, stream, self.cards, self.hot_off, c.alpha, self.zipf, decay, self.perm_a, self.perm_b,
                   self.salts, self.scales, self.w, self.P, self.coef, *batch.arrays(), logit)
         return batch, logit
 
@@ -314,6 +318,10 @@ class SyntheticSource:
     def read_block(self, i):
         """Block ``i`` as a Batch."""
         return self.teacher.generate(i * self.block_rows, int(self.block_sizes[i]), SPLITS.index(self.split))[0]
+
+    def read_rows(self, i, rows):
+        """Rows ``rows`` of block ``i`` (indices in it, in any order) as a Batch, made alone: a rank makes its own."""
+        return self.teacher.generate_rows(i * self.block_rows + np.asarray(rows, np.int64), SPLITS.index(self.split))[0]
 
 
 def write_synthetic(config, out_dir, rows, options=WriteOptions(), block_rows=1 << 17, overwrite=False):

@@ -6,11 +6,12 @@ model from the same seed; ``Cluster.shard`` then swaps in the sharded embedding 
 dense gradients' allreduce, which the trainer runs between the backward and the optimizer step. A world of one
 keeps its tables whole: its collections need no routing, and they prefetch the next batch's rows.
 
-Every rank reads every global batch of ``--batch-size`` rows from its own loader and trains on its part of it,
-rows ``[r G / W, (r + 1) G / W)``, so W ranks see exactly the data one process sees, and the loader's position (a
-checkpoint's) is that of the global batches whatever the world size. Evaluation splits each eval batch the same
-way and gathers the logits, so the metrics are those of the whole eval set. In a world of one every collective
-is the local communicator's: the part is the whole batch, a mean is the value itself.
+Each rank's loader (``gpuemb.io.loader``, given the rank) reads and yields only the rank's part of every global
+batch of ``--batch-size`` rows, rows ``[r G / W, (r + 1) G / W)``, so W ranks see exactly the data one process
+sees, and the loader's position (a checkpoint's) is that of the global batches whatever the world size.
+Evaluation splits each eval batch by the same rule (``loader.rank_part``) and gathers the logits, so the metrics
+are those of the whole eval set. In a world of one every collective is the local communicator's: the part is the
+whole batch, a mean is the value itself.
 
 With ``--deterministic N`` (``slices.py``) every world size, one included, shards its tables, and the step runs in
 N micro-slices whose gradients are added in slice order, so 1, 2 or 4 ranks train the same bits.
@@ -24,9 +25,9 @@ import numpy as np
 from gpuemb.comm import CommCodecs, LocalCommunicator
 from gpuemb.distributed import ShardedEmbeddingCollection, distribute
 from gpuemb.distributed.dense import SliceGradients
+from gpuemb.io.loader import rank_part
 
 from .errors import CheckpointError, ConfigError
-from .loop import Batches
 from .model import collections_of
 from .slices import Slices
 
@@ -122,10 +123,6 @@ class Cluster:
         self._dense = SliceGradients(model.parameters(), self.comm)
         self.slices = Slices(self.deterministic, batch_size, self.comm, self._dense)
 
-    def batches(self, loader):
-        """The loader's global batches, each cut to this rank's part."""
-        return RankBatches(loader, self)
-
     # -- collectives of a step ------------------------------------------------------------------------------------
     def allreduce(self):
         """Average the dense gradients over the ranks (between the backward and the optimizer step)."""
@@ -134,8 +131,7 @@ class Cluster:
 
     def part(self, batch):
         """This rank's rows of ``batch``: ``[r n / W, (r + 1) n / W)``."""
-        n, r, W = batch.rows, self.rank, self.world_size
-        return batch.slice(r * n // W, (r + 1) * n // W)
+        return batch.slice(*rank_part(batch.rows, self.rank, self.world_size))
 
     def mean(self, value):
         """The mean of a float over the ranks (the global batch's loss from the ranks' equal parts)."""
@@ -196,19 +192,3 @@ class Cluster:
             raise CheckpointError(f"--checkpoint-dir {directory}: rank 0 could not make the checkpoint's folder "
                                   "there (its error says why)")
         return folder_names(directory, step, token[1:].tobytes().hex())
-
-
-class RankBatches(Batches):
-    """Each rank's part of every global batch its loader yields; the position is the global batches'."""
-
-    def __init__(self, loader, cluster):
-        super().__init__(loader)
-        self.cluster = cluster
-
-    def __iter__(self):
-        batches = super().__iter__()
-        try:
-            for batch in batches:
-                yield self.cluster.part(batch)
-        finally:
-            batches.close()  # stops the loader's prefetch thread

@@ -24,7 +24,7 @@ from .data import open_data, uses_synthetic
 from .errors import CheckpointError, ConfigError, DivergedError, ResumeError
 from .evaluate import evaluate
 from .footprint import memory
-from .loop import Pipeline, Trainer, non_finite
+from .loop import Batches, Pipeline, Trainer, non_finite
 from .metrics_log import MetricsLog
 from .model import build_model, embedding_tables
 from .optimizer import build_optimizer, build_scaler
@@ -109,8 +109,9 @@ class Run:
             batch = max(1, min(batch, self.data.train.n_rows // 10))
         self.batch_size = batch
         self.cluster.check_batch(batch)
-        self.loader = Loader(self.data.train, LoaderConfig(batch, shuffle=True, seed=config.run.seed))
-        self.batches = self.cluster.batches(self.loader)
+        self.loader = Loader(self.data.train, LoaderConfig(batch, shuffle=True, seed=config.run.seed,
+                                                           rank=self.cluster.rank, world_size=self.cluster.world_size))
+        self.batches = Batches(self.loader)
         per_epoch = len(self.loader)
         if config.optimization.steps:
             self.total_steps = config.optimization.steps

@@ -1,5 +1,5 @@
 """The loader: each row once per epoch, disjoint ranks, seeded order, exact resume, whole-chunk reads, and batches
-staged on the rank's GPU from the prefetch thread."""
+staged on the rank's GPU from the prefetch thread (each rank's part of the global batches: test_rank_loader.py)."""
 import os
 import subprocess
 import sys
@@ -57,17 +57,18 @@ def test_batches_are_full_and_the_last_is_dropped_or_kept(source):
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_ranks_see_disjoint_parts_that_cover_every_row(source, world):
-    parts = [rows_of(Loader(source, LoaderConfig(32, drop_last=False, seed=4, rank=r, world_size=world)))
+    parts = [list(Loader(source, LoaderConfig(32, drop_last=False, seed=4, rank=r, world_size=world)))
              for r in range(world)]
-    np.testing.assert_array_equal(np.sort(np.concatenate(parts)), np.arange(N))
-    assert max(p.size for p in parts) - min(p.size for p in parts) <= 1
+    np.testing.assert_array_equal(np.sort(np.concatenate([rows_of(p) for p in parts])), np.arange(N))
+    for batch in zip(*parts):  # each global batch's parts differ by at most one row
+        assert max(b.rows for b in batch) - min(b.rows for b in batch) <= 1
 
 
 @pytest.mark.parametrize("stop_after", [0, 5, 15, 16])
 def test_resume_yields_exactly_what_an_uninterrupted_run_would(source, stop_after):
-    config = LoaderConfig(batch_size=60, drop_last=False, seed=7, rank=1, world_size=2, prefetch=2)
+    config = LoaderConfig(batch_size=120, drop_last=False, seed=7, rank=1, world_size=2, prefetch=2)
     whole = Loader(source, config)
-    expected = [rows_of(whole), rows_of(whole)]  # two epochs of 9 batches each
+    expected = [rows_of(whole), rows_of(whole)]  # two epochs of 9 parts each: 8 of 60 rows and one of 20
     expected = [b for epoch in expected for b in np.split(epoch, np.arange(60, epoch.size, 60))]
     first = Loader(source, config)
     got = []

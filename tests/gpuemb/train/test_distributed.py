@@ -13,7 +13,7 @@ from gpuemb.kernels import codecs
 from gpuemb.optim import LossScaler
 from gpuemb.train import ConfigError, Run, TrainConfig
 from gpuemb.train.config import FIELDS, resume_differences
-from gpuemb.train.cluster import Cluster, RankBatches
+from gpuemb.train.cluster import Cluster
 from gpuemb.train.loop import Batches
 from gpuemb.train.fields import choices_of
 
@@ -68,11 +68,11 @@ def test_the_ranks_parts_of_a_batch_are_disjoint_and_cover_it_in_order(n, rng):
 
 def test_each_rank_reads_its_part_of_every_global_batch_and_the_global_position():
     source = SyntheticSource(SyntheticConfig(cardinalities=(50, 80), n_dense=2, seed=3), 1000, "train")
-    loader = lambda: Loader(source, LoaderConfig(64, shuffle=True, seed=1))  # noqa: E731
+    loader = lambda r=0, w=1: Loader(source, LoaderConfig(64, shuffle=True, seed=1, rank=r, world_size=w))  # noqa: E731
     with Batches(loader()) as whole:
         want = [next(whole) for _ in range(3)]
     for rank in range(2):
-        mine = RankBatches(loader(), cluster(rank, 2))
+        mine = Batches(loader(rank, 2))
         with mine as parts:
             got = [next(parts) for _ in range(3)]
         for g, w in zip(got, want):
