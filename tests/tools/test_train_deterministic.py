@@ -26,7 +26,8 @@ def launch(mpi_run):
 
 def outcome(folder):
     """What a run left: its metrics records without timings, its dense weights, and every table's rows by key."""
-    skip = ("transfers", "transfers_ahead", "launches", "comm_bytes_per_step", "path")  # differ by rank or folder
+    # differ by rank or folder; "tables" holds rank 0's own stores, which hold other rows on other world sizes
+    skip = ("transfers", "transfers_ahead", "launches", "comm_bytes_per_step", "path", "tables", "hit_rate")
     metrics = [{k: v for k, v in r.items() if not k.endswith("_s") and k not in skip}
                for r in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines())]
     step, _ = ckpt.find_resume(folder / "ckpt")
