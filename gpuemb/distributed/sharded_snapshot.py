@@ -124,7 +124,7 @@ def _sources(snaps, shard):
         raise SnapshotError(f"load_sharded: no saved shards of table {shard.name!r} cover its columns "
                             f"{shard.cols}; the save holds {covered or 'none'}; pass the files of a save of it")
     for part, _ in out:  # a column shard narrows the dim, and the rows may live elsewhere now
-        check_config(part, shard.name, shard.table.config.to_dict(), ignore=("options", "lifecycle", "dim"))
+        check_config(part, shard.name, shard.table.config.to_dict(), ignore=("dim",))
     return out
 
 

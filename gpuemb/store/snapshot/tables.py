@@ -30,10 +30,14 @@ def named_tables(tables):
     return named
 
 
-def check_config(part, name, live, ignore=("options", "lifecycle", "rounding")):
+RESTORABLE = ("options", "lifecycle", "rounding")  # what a restore may change: where rows live, keys' fate, rounding
+
+
+def check_config(part, name, live, ignore=()):
     """Raise a SnapshotError naming each field where the config of ``part``, a table ``name`` read from a snapshot,
-    differs from ``live``, a live table's ``config.to_dict()``; ``ignore``: as ``config_differences`` takes it."""
-    diff = config_differences(part.config, live, ignore, f"table {name!r}: config")
+    differs from ``live``, a live table's ``config.to_dict()``, but those a restore may change (``RESTORABLE``)
+    and ``ignore`` (as ``config_differences`` takes it)."""
+    diff = config_differences(part.config, live, RESTORABLE + tuple(ignore), f"table {name!r}: config")
     if diff:
         fields = "; ".join(f"{f} is {saved!r} there and {now!r} here" for f, saved, now in diff)
         raise SnapshotError(f"{part.path}: table {name!r} was saved with another config: {fields}; "

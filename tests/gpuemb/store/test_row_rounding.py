@@ -9,6 +9,7 @@ from gpuemb.optim import AdamRule, SGDRule
 from gpuemb.store.collection import EmbeddingCollection
 from gpuemb.store.options import Initializer, StoreOptions, TableConfig
 from gpuemb.store.rounding import stochastic_round, stochastic_round_ref
+from gpuemb.store.snapshot import load_snapshot, save_snapshot
 from gpuemb.store.table import EmbeddingTable
 
 
@@ -110,3 +111,13 @@ def test_a_table_batched_with_others_rounds_as_it_would_alone(rng):
     assert len(coll.stores) == 2 and len(EmbeddingCollection(configs).stores) == 1
     for a, b in zip(*got):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_snapshot_restores_into_either_rounding(rng, tmp_path):
+    """The stored rows are float16 either way: rounding is a setting of the training going on, as lr is."""
+    saved = table("stochastic")
+    train(saved, rng.integers(0, 10 ** 6, 100), rng, 3)
+    save_snapshot({"t": saved}, tmp_path / "s.h5")
+    restored = table("nearest")
+    load_snapshot({"t": restored}, [tmp_path / "s.h5"])
+    np.testing.assert_array_equal(rows(restored), rows(saved))
