@@ -73,9 +73,15 @@ def main(argv=None):
         print(f"train.py: {e}", file=sys.stderr)
         return 2
     use_local_gpu(backend)
-    comm_backend = early_flag(argv, "comm-backend")
+    comm_backend, link = early_flag(argv, "comm-backend"), early_flag(argv, "link")
+    link = link if isinstance(link, str) else None  # None: $GPUEMB_COMM_LINK, else none
+    try:  # a bad --link is refused before MPI starts, in the full parse's words
+        comm.link.parse_link(link, "--link")
+    except ValueError as e:
+        print(f"train.py: error: argument --link: {str(e).removeprefix('--link ')}", file=sys.stderr)
+        return 2
     try:
-        world = comm.init(comm_backend if comm_backend in comm.BACKENDS else "auto")
+        world = comm.init(comm_backend if comm_backend in comm.BACKENDS else "auto", link=link)
     except (comm.CommError, ValueError) as e:  # local in a job of several ranks, nccl without a GPU, no mpi4py
         print(f"train.py: error: --comm-backend: {e}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from gpuemb import models, optim
 from gpuemb.autograd import backend
 from gpuemb.autograd.checks import SettingError
 from gpuemb.comm import BACKENDS
+from gpuemb.comm.link import parse_link
 from gpuemb.io.formats import FORMATS, NAMED_COLUMNS
 from gpuemb.io.synthetic import PRESETS as SYNTHETIC_PRESETS
 from gpuemb.kernels.codecs import CODECS
@@ -294,3 +295,13 @@ class DistributedSettings(Section):
                                        "(default: --comm-codec)", choices=CODECS, resumable=True)
     sharding: str = setting("auto", "how tables are placed on the ranks: auto (the planner), or every table table-, "
                             "row- or column-wise", choices=RUN_SHARDINGS, resumable=True)
+    link: str = setting("none", "model the link between ranks: each collective also waits out the time this link "
+                        "would take (latency + bytes/bandwidth of its algorithm), and train records gain 'link' "
+                        "(compute, communication and exposed seconds a step): none, ib100 (InfiniBand HDR100), "
+                        "ib400 (NDR), nvlink4 (H100 NVLink), or LAT_US:GBPS", kind="str", resumable=True)
+
+    def check(self):
+        try:
+            parse_link(self.link, "--link")
+        except ValueError as e:
+            self.fail("link", str(e).removeprefix("--link "))

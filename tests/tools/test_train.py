@@ -50,6 +50,14 @@ def test_a_short_run_of_each_model(model):
         assert "teacher" in out.stdout.splitlines()[-1]
 
 
+def test_link_models_the_wire_and_its_records_say_so(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    summary(train(*SHORT, "--steps", "2", "--log-every", "2", "--link", "ib100", "--metrics-out", path))
+    record = [json.loads(line) for line in path.read_text().splitlines() if '"train"' in line][-1]
+    # one process puts nothing on the link; the record still says which link it ran over
+    assert record["link"]["link"] == "ib100" and record["link"]["modelled_s"] == 0
+
+
 def test_metrics_out_writes_json_lines_of_train_and_eval_records(tmp_path):
     path = tmp_path / "m" / "metrics.jsonl"
     out = train(*SHORT, "--steps", "4", "--log-every", "2", "--eval-every", "2", "--metrics-out", path)
@@ -112,8 +120,11 @@ def bad_file(tmp_path, name, text):
     (["--tables", "per-feature", "--table-dim", "C3=32", "--steps", "1"],
      "--table-dim: --model dlrm's dot interaction needs one dim for every table; drop --table-dim, or use a model "
      "that concatenates the rows (dcn, wide_deep, mmoe)"),
+    (["--link", "ib50"], "argument --link: 'ib50' is not a link; use one of none, ib100, ib400, nvlink4"),
+    (lambda t: bad_file(t, "l.toml", 'link = "1:0"\n'), "--link: '1:0' is not a link"),
 ], ids=["flag", "value", "choice", "ssd-cache", "fp16", "tasks", "file-key", "file-syntax", "file-missing",
-        "table-dim-shared", "table-dim-zero", "table-dim-text", "table-dim-name", "table-dim-dlrm"])
+        "table-dim-shared", "table-dim-zero", "table-dim-text", "table-dim-name", "table-dim-dlrm", "link",
+        "link-file"])
 def test_bad_settings_exit_2_with_one_clear_line(tmp_path, args, message):
     out = train(*(args(tmp_path) if callable(args) else args))
     assert out.returncode == 2, out.stderr
