@@ -36,7 +36,8 @@ def table_configs(config, data, ssd_dir=None, lr=None):
                            initializer=Initializer(o.embedding_init, o.embedding_init_scale, config.run.seed),
                            rule=RULES[o.embedding_optimizer](), lr=o.embedding_lr if lr is None else lr,
                            options=options(name), admit_after=store.admit_after, evict=store.eviction(),
-                           evict_every=store.evict_every, rounding=store.row_rounding)
+                           evict_every=store.evict_every, rounding=store.row_rounding,
+                           track_updates=config.checkpoints.delta_every > 0)
 
     if config.model.tables == "shared":
         return table("embeddings")

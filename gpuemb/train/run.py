@@ -149,6 +149,10 @@ class Run:
                                config.optimization.embedding_lr, self.cluster, build_scaler(config),
                                PhaseTimer() if config.output.phase_times else NO_TIMER)
         self.table_window = TableWindow(self.tables)
+        self.deltas, d = None, config.checkpoints
+        if d.delta_every:  # its graphs need onnx (the serve extra): imported only by a run that writes deltas
+            from .deltas import DeltaWriter
+            self.deltas = DeltaWriter(d.delta_dir, d.delta_every, self.model, self.tables, self.cluster.world_size)
         self.pipeline = Pipeline(self.trainer, self.batches, config.run.pipeline)
         self.eval_every = config.output.eval_every or max(1, self.total_steps // 4)
         self.window = []  # losses of the steps since the last train record
@@ -171,13 +175,15 @@ class Run:
         or a checkpoint, which see the tables as a step leaves them."""
         after, c = self.step + 1, self.config
         checkpoint = c.checkpoints.checkpoint_dir and c.checkpoints.checkpoint_every and after % c.checkpoints.checkpoint_every == 0
-        return after < self.total_steps and after % self.eval_every != 0 and not checkpoint
+        delta = self.deltas is not None and self.deltas.due(after)  # a delta, too, sees the step's tables
+        return after < self.total_steps and after % self.eval_every != 0 and not checkpoint and not delta
 
     # -- state -----------------------------------------------------------------------------------------------------
     def state_dict(self):
         """Everything but the tables' rows: the trainer's state, the loader's position, the loss window."""
         return {"trainer": self.trainer.state_dict(), "loader": self.pipeline.state_dict(),
-                "loop": {"window": list(self.window)}}
+                "loop": {"window": list(self.window),
+                         **({"deltas": self.deltas.state_dict()} if self.deltas else {})}}
 
     def save_checkpoint(self):
         """Write a checkpoint of this step to ``--checkpoint-dir``; refuses weights or rows that are not finite."""
@@ -220,6 +226,8 @@ class Run:
             raise CheckpointError(f"{os.path.join(folder, ckpt.STATE)}: its loader position does not fit this run "
                                   f"({type(e).__name__}: {e}); resume from another checkpoint") from None
         self.window = list(state["loop"]["window"])
+        if self.deltas:
+            self.deltas.load_state_dict(state["loop"].get("deltas"))
         self.last_checkpoint = folder
         self.table_window.restart()  # what restoring the rows counted is not a step's
         return folder
@@ -321,6 +329,8 @@ def train(config, reporter=None, comm=None):
     try:
         if config.checkpoints.resume:
             run.resume()
+        if run.deltas:
+            run.deltas.begin(run.step)
         log = MetricsLog(config.output.metrics_out if lead else None, run.step if config.checkpoints.resume else None)
 
         run.warned_collapse = any(r["kind"] == "warning" for r in log.records)  # a resume does not say it again
@@ -358,6 +368,8 @@ def train(config, reporter=None, comm=None):
                         write({"kind": "warning", "step": step, "message": warning})
                 checkpoint = config.checkpoints.checkpoint_dir and (
                     last or config.checkpoints.checkpoint_every and step % config.checkpoints.checkpoint_every == 0)
+                if run.deltas and (checkpoint or last or run.deltas.due(step)):  # before the checkpoint, which
+                    run.deltas.write(step, checkpoint=bool(checkpoint))           # keeps the chain's state
                 if checkpoint:
                     write({"kind": "checkpoint", "step": step, "path": run.save_checkpoint()})
                 if checkpoint or step % run.eval_every == 0:  # their lookups are not the training's
