@@ -121,3 +121,18 @@ def test_a_snapshot_restores_into_either_rounding(rng, tmp_path):
     restored = table("nearest")
     load_snapshot({"t": restored}, [tmp_path / "s.h5"])
     np.testing.assert_array_equal(rows(restored), rows(saved))
+
+
+@pytest.mark.parametrize("rule", [SGDRule(), AdamRule()])
+def test_column_shards_round_as_the_whole_table(rule, rng):
+    """A shard of columns [a, b) draws by the whole row's columns, so the shards' rows join to the whole table's."""
+    from gpuemb.distributed import ColumnShardTable  # a layer above the store, holding shards of its tables
+
+    config = TableConfig("t", 7, "float16", Initializer("uniform", 1.0, seed=4), rule, 0.01, rounding="stochastic")
+    whole, shards = EmbeddingTable(config), [ColumnShardTable(config, cols) for cols in ((0, 2), (2, 7))]
+    for _ in range(5):
+        keys, gy = rng.integers(0, 40, 16), rng.standard_normal((16, 7)).astype(np.float32)
+        for t, (a, b) in [(whole, (0, 7)), (shards[0], (0, 2)), (shards[1], (2, 7))]:
+            t.lookup(to_device(keys)).backward(to_device(np.ascontiguousarray(gy[:, a:b])))
+    weights = [rows(t).view(np.float16)[:, :t.dim] for t in (whole, *shards)]
+    np.testing.assert_array_equal(np.concatenate(weights[1:], 1), weights[0])
