@@ -10,6 +10,11 @@ A request that does not fit is one ``BundleError`` line, never a wrong answer: k
 store's own check, ``gpuemb/key_types.py``), features or bags other than the bundle's, dense values that are not
 finite numbers (training never saw one: the readers skip such lines), wrong shapes, and a batch too large for
 memory. An empty batch is answered with an empty result.
+
+``apply_delta`` follows a training run (docs/serve.md, "Following a training run"): it applies one of the run's
+deltas (``delta_chain.py``), the rows changed and keys dropped since the step the Predictor serves and the dense
+part then, to new tables and a new graph, and swaps them in at once; a delta refused leaves what is served as it
+was.
 """
 import importlib.util
 import os
@@ -18,6 +23,7 @@ import h5py
 import numpy as np
 import onnx
 
+from .delta_chain import read_delta
 from .embed import Embedder
 from .errors import BundleError
 from .features import read_bags
@@ -72,20 +78,24 @@ def _finite(dense):
 class Predictor:
     """The bundle in folder ``path``. ``host_cache_rows``: None loads every row into memory; n reads rows from
     ``tables.h5`` on demand through an LRU of at most n rows per table. ``runtime``: "numpy", "onnxruntime", or
-    "auto" (onnxruntime where it is importable). ``verify``: hash every file against the manifest first."""
+    "auto" (onnxruntime where it is importable). ``verify``: hash every file against the manifest first.
+    ``from_step``: the step of the checkpoint the bundle was exported from, where the deltas it applies start."""
 
-    def __init__(self, path, host_cache_rows=None, runtime="auto", verify=True):
+    def __init__(self, path, host_cache_rows=None, runtime="auto", verify=True, from_step=None):
         path = os.fspath(path)
+        if from_step is not None and (type(from_step) is not int or from_step < 0):
+            raise BundleError(f"from_step={from_step!r}; use the step of the checkpoint the bundle was exported from")
+        self.step, self.chain = from_step, None  # where the served state is in a training run's chain of deltas
         if host_cache_rows is not None and (not isinstance(host_cache_rows, int) or host_cache_rows < 1):
             raise BundleError(f"host_cache_rows={host_cache_rows!r}; use an int >= 1, or None to load every row")
         self.manifest = m = read_manifest(path, verify)
         try:
             model = onnx.load(os.path.join(path, m["onnx"]))
-            self.runtime, self._run = _runtime(runtime, model)
+            self.runtime, run = _runtime(runtime, model)
             self._file = h5py.File(os.path.join(path, m["tables_file"]), "r")
-            self.tables = {name: BundleTable(self._file, name, meta, m["rows"], host_cache_rows)
-                           for name, meta in m["tables"].items()}
-            self.embedder = Embedder(m["collections"], self.tables)
+            tables = {name: BundleTable(self._file, name, meta, m["rows"], host_cache_rows)
+                      for name, meta in m["tables"].items()}
+            self._serve(tables, run)
         except BundleError:
             raise
         except Exception as e:  # the files passed their checksums: a bundle written by something else, whatever breaks
@@ -94,6 +104,46 @@ class Predictor:
         self.inputs = [i.name for i in model.graph.input]
         # an output's shape past the batch: () for logits [B], (T,) for [B, T]; an empty batch's answer has it
         self._task_shape = tuple(d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim[1:])
+
+    def _serve(self, tables, run):
+        """Serve ``tables`` with the graph's ``run``: one assignment, so a predict reads one state or the other."""
+        self._served = (tables, Embedder(self.manifest["collections"], tables), run)
+
+    @property
+    def tables(self):
+        return self._served[0]
+
+    def apply_delta(self, path):
+        """Apply the delta of a training run whose table file is ``path`` (``delta-<step>.h5`` in its
+        ``--delta-dir``): drop its deleted keys, set its rows in the bundle's row format and take its dense part.
+        It must start at the step served (``from_step``, then the last delta's end) and be of the same run; a delta
+        out of order, after a gap, of another run or damaged is one BundleError line, and what is served stays as
+        it was. Returns the step served now."""
+        tables = self.tables
+        d = read_delta(path, {name: t.dim for name, t in tables.items()})
+        if self.step is None:
+            raise BundleError(f"{d.path}: the Predictor does not know the step its bundle was exported at; pass "
+                              "from_step, the step of the checkpoint (tools/serve_follow.py --from-step)")
+        if self.chain is not None and d.chain != self.chain:
+            raise BundleError(f"{d.path}: is of run {d.chain[:8]}, but the deltas applied so far are of run "
+                              f"{self.chain[:8]}; follow one run's --delta-dir")
+        if d.since != self.step:
+            why = (f"the steps {self.step} to {d.since} are missing (a gap in the chain)" if d.since > self.step
+                   else "it is out of order: that step is past")
+            raise BundleError(f"{d.path}: holds the changes of steps {d.since} to {d.step}, but the Predictor serves "
+                              f"step {self.step}, and {why}; apply the deltas in order from the bundle's step")
+        inputs = [i.name for i in d.graph.graph.input]
+        if inputs != self.inputs:
+            raise BundleError(f"{d.path}: its graph takes {inputs}, the bundle's {self.inputs}; follow the run the "
+                              "bundle was exported from")
+        try:
+            _, run = _runtime(self.runtime, d.graph)
+        except Exception as e:  # noqa: BLE001  the graph passed its SHA-256: one some other writer made
+            raise BundleError(f"{d.path}: its graph cannot be run ({type(e).__name__}: {e}); the delta is "
+                              "damaged") from None
+        self._serve({name: t.applied(*d.tables[name]) for name, t in tables.items()}, run)
+        self.step, self.chain = d.step, d.chain
+        return self.step
 
     def close(self):
         self._file.close()
@@ -123,10 +173,11 @@ class Predictor:
             dense, B, bags = self._check(dense, sparse)
             if B == 0:
                 return np.zeros((0, *self._task_shape), np.float32)
-            feed = self.embedder.feed(B, bags)
+            _, embedder, run = self._served  # read once: a delta swapped in meanwhile is for the next batch
+            feed = embedder.feed(B, bags)
             if "dense" in self.inputs:
                 feed["dense"] = dense
-            return self._run(feed)[1 if probabilities else 0]
+            return run(feed)[1 if probabilities else 0]
         except MemoryError:
             B = sparse.shape[0] if B is None and isinstance(sparse, np.ndarray) and sparse.ndim else B
             rows = "" if B is None else f" of {B} rows"
