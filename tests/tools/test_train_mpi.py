@@ -74,7 +74,7 @@ def test_int8_comms_end_within_0_002_auc_of_fp32(tmp_path, launch):
     assert abs(int8 - fp32) <= 0.002, (fp32, int8)
 
 
-@pytest.mark.parametrize("saved, resumed", [(2, 1), (1, 2)])
+@pytest.mark.parametrize("saved, resumed", [(2, 1), (1, 2), (2, 2)])  # each rank's loader resumes its part
 def test_a_checkpoint_of_n_ranks_resumes_in_m_and_continues_as_the_run_would(saved, resumed, tmp_path, launch):
     args = [*SHORT, "--checkpoint-dir", tmp_path / "ckpt"]
     summary(launch(saved, "--steps", "3", "--sharding", "column", *args))
