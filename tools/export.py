@@ -39,7 +39,8 @@ def main(argv=None):
                              "or the --checkpoint-dir that tools/train.py wrote")
         folder, _ = find_resume(args.checkpoint)
         got = load_export(folder)  # a snapshot's rows are read a chunk at a time, not loaded into the model
-        body = write_bundle(got["model"], args.out, args.rows, got["names"], got["hotness"], got["sources"])
+        body = write_bundle(got["model"], args.out, args.rows, got["names"], got["hotness"], got["sources"],
+                            got["origin"])
     except (TrainError, ValueError, OSError) as e:
         print(f"export.py: error: {e}", file=sys.stderr)
         return 1

@@ -3,9 +3,9 @@
 
     python tools/train.py --checkpoint-dir ckpt --checkpoint-every 800 --delta-every 100 --delta-dir deltas
     python tools/export.py ckpt/step-000000800 --out bundle
-    python tools/serve_follow.py bundle deltas --from-step 800      # a line per delta applied; Ctrl-C ends it
+    python tools/serve_follow.py bundle deltas      # a line per delta applied from the bundle's step; Ctrl-C ends it
 
-It polls the folder's index and applies each new delta, from the one that starts at --from-step; a delta refused
+It polls the folder's index and applies each new delta, from the one that starts at the bundle's step; a delta refused
 (out of order, after a gap, of another run, damaged) is one line, and the Predictor keeps what it served.
 """
 import argparse
@@ -23,8 +23,9 @@ def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "), prog="serve_follow.py")
     p.add_argument("bundle", help="the bundle's folder (tools/export.py --out)")
     p.add_argument("delta_dir", help="the training run's --delta-dir")
-    p.add_argument("--from-step", type=int, required=True,
-                   help="the step of the checkpoint the bundle was exported from: the first delta starts there")
+    p.add_argument("--from-step", type=int, default=None,
+                   help="the step of the checkpoint the bundle was exported from, where the first delta starts "
+                        "(default: the step its manifest records)")
     p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the folder's index")
     p.add_argument("--once", action="store_true", help="apply the deltas there now, then exit")
     p.add_argument("--host-cache-rows", type=int, default=None,
@@ -39,6 +40,9 @@ def main(argv=None):
     from gpuemb.serve.delta_chain import read_index
     try:
         with Predictor(args.bundle, args.host_cache_rows, from_step=args.from_step) as p:
+            if p.step is None:
+                raise BundleError(f"{args.bundle}: records no checkpoint step (exported before bundles did); give "
+                                  "--from-step, the step of the checkpoint it was exported from")
             while True:
                 _, entries = read_index(args.delta_dir)
                 for e in (e for e in entries if e["since"] >= p.step):

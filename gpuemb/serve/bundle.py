@@ -61,12 +61,13 @@ def sparse_features(model, names=None, hotness=None):
     return [{"name": n, "hotness": h if h == JAGGED else int(h)} for n, h in zip(names, hotness)]
 
 
-def write_bundle(model, out, rows="fp32", names=None, hotness=None, sources=None):
+def write_bundle(model, out, rows="fp32", names=None, hotness=None, sources=None, origin=None):
     """Write the bundle of ``model`` (a ``gpuemb.models`` model) into folder ``out``; returns the manifest body.
 
     ``names``, ``hotness``: the sparse features' (``sparse_features``). ``sources``: ``{table name: RowSource}``
     (``bundle_tables.py``) where the tables' rows are read, as a checkpoint's snapshot; default the model's own
-    tables, which must then hold them."""
+    tables, which must then hold them. ``origin``: ``{step, chain}`` of the checkpoint (``checkpoint.origin``),
+    where the deltas a Predictor of the bundle applies start."""
     check_format(rows)
     kind = {cls: name for name, cls in MODELS.items()}.get(type(model))
     if kind is None:
@@ -81,7 +82,7 @@ def write_bundle(model, out, rows="fp32", names=None, hotness=None, sources=None
     with _writing(out, ""):
         os.makedirs(tmp)
     try:
-        body = _write(model, kind, tmp, rows, out, features, sources or {})
+        body = _write(model, kind, tmp, rows, out, features, sources or {}, origin)
         with _writing(out, ""):
             fsync(tmp)
             _replace(tmp, out)
@@ -113,7 +114,7 @@ def _writing(out, name):
                           "disk, or give an --out on another one (a bundle there before is as it was)") from None
 
 
-def _write(model, kind, tmp, rows, out, features, sources):
+def _write(model, kind, tmp, rows, out, features, sources, origin):
     with _writing(out, ONNX_FILE):
         onnx.save(export_onnx(model), os.path.join(tmp, ONNX_FILE))
     collections = {"embeddings": _collection(model, "embeddings", "embeddings")}
@@ -131,7 +132,8 @@ def _write(model, kind, tmp, rows, out, features, sources):
             "n_features": model.embeddings.n_features, "features": features, "dim": model.embeddings.dim,
             "n_tasks": model.n_tasks,
             "rows": rows, "onnx": ONNX_FILE, "opset": OPSET, "tables_file": TABLES_FILE,
-            "outputs": ["logits", "probabilities"], "collections": collections, "tables": tables}
+            "outputs": ["logits", "probabilities"], "collections": collections, "tables": tables,
+            **({"origin": origin} if origin else {})}
     with _writing(out, MANIFEST):
         return write_manifest(tmp, plain(body, "the bundle's manifest"))
 

@@ -73,7 +73,7 @@ def load_model(folder):
 
 
 def load_export(folder):
-    """What ``write_bundle`` takes of checkpoint ``folder``: ``{model, names, hotness, sources}``. Where the
+    """What ``write_bundle`` takes of checkpoint ``folder``: ``{model, names, hotness, sources, origin}``. Where the
     checkpoint is one snapshot file its tables stay empty and ``sources`` reads their rows from it a chunk at a
     time; a sharded one's rows are loaded into the model (``sources`` None)."""
     body = ckpt.read_manifest(folder)
@@ -91,7 +91,15 @@ def load_export(folder):
                 raise ckpt.CheckpointError(f"{folder}: its snapshot has no table {t.config.name!r}, which its "
                                            "config builds; use another checkpoint")
             sources[t.config.name] = snapshot_source(snapshot.tables[t.config.name], t.dim)
-    return {"model": model, "names": data.sparse_names, "hotness": data.sparse_hotness, "sources": sources}
+    return {"model": model, "names": data.sparse_names, "hotness": data.sparse_hotness, "sources": sources,
+            "origin": origin(folder, body)}
+
+
+def origin(folder, body):
+    """Where in a training run the checkpoint is: its step, and the chain of deltas its run wrote (None where it
+    wrote none), so a bundle of it follows on from there without being told."""
+    deltas = ckpt.read_state(folder)["loop"].get("deltas") or {}
+    return {"step": body["step"], "chain": deltas.get("chain")}
 
 
 def _tables(model):

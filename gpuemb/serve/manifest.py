@@ -161,6 +161,9 @@ def _check_fields(body):
                                                                    _is_int(f.get("hotness"), 1)) for f in features)
           and len({f["name"] for f in features}) == n_features, "features", features,
           f"a list of n_features ({n_features}) {{name, hotness: an int >= 1 or {JAGGED!r}}}, names different")
+    origin = body.get("origin", {"step": 0, "chain": None})  # bundles of a model, not of a checkpoint, have none
+    _need(isinstance(origin, dict) and _is_int(origin.get("step"), 0) and (origin.get("chain") is None or isinstance(
+        origin["chain"], str)), "origin", origin, "{step: an int >= 0, chain: a run's id or null}")
     collections = body.get("collections")
     _need(isinstance(collections, dict) and collections, "collections", collections,
           "a table of the embedding collections")

@@ -79,7 +79,9 @@ class Predictor:
     """The bundle in folder ``path``. ``host_cache_rows``: None loads every row into memory; n reads rows from
     ``tables.h5`` on demand through an LRU of at most n rows per table. ``runtime``: "numpy", "onnxruntime", or
     "auto" (onnxruntime where it is importable). ``verify``: hash every file against the manifest first.
-    ``from_step``: the step of the checkpoint the bundle was exported from, where the deltas it applies start."""
+    ``from_step``: the step of the checkpoint the bundle was exported from, where the deltas it applies start
+    (default: the one its manifest records, with the run's chain of deltas, for a bundle exported from a
+    checkpoint)."""
 
     def __init__(self, path, host_cache_rows=None, runtime="auto", verify=True, from_step=None):
         path = os.fspath(path)
@@ -89,6 +91,8 @@ class Predictor:
         if host_cache_rows is not None and (not isinstance(host_cache_rows, int) or host_cache_rows < 1):
             raise BundleError(f"host_cache_rows={host_cache_rows!r}; use an int >= 1, or None to load every row")
         self.manifest = m = read_manifest(path, verify)
+        if from_step is None and "origin" in m:  # an explicit from_step is the caller's word, and no chain is assumed
+            self.step, self.chain = m["origin"]["step"], m["origin"]["chain"]
         try:
             model = onnx.load(os.path.join(path, m["onnx"]))
             self.runtime, run = _runtime(runtime, model)

@@ -41,7 +41,9 @@ def run(tmp_path_factory):
         got = load_export(folder / "ckpt" / f"step-{step:09d}")
         for rows in ("fp32", "fp16", "int8"):
             out = bundles[step, rows] = folder / f"bundle-{step}-{rows}"
-            write_bundle(got["model"], out, rows, got["names"], got["hotness"], got["sources"])
+            write_bundle(got["model"], out, rows, got["names"], got["hotness"], got["sources"], got["origin"])
+    # a bundle that records no checkpoint (one written before bundles did, or of a bare model)
+    write_bundle(got["model"], folder / "bundle-bare", "fp32", got["names"], got["hotness"], got["sources"])
     return folder, bundles
 
 
@@ -113,8 +115,17 @@ def test_a_delta_out_of_order_or_after_a_gap_is_refused(run):
         _refused(p, _delta(folder, 6), "it is out of order")
         p.apply_delta(_delta(folder, 8))
         _refused(p, _delta(folder, 8), "holds the changes of steps 6 to 8, but the Predictor serves step 8")
-    with Predictor(bundles[FIRST, "fp32"], runtime="numpy") as p:
+    with Predictor(folder / "bundle-bare", runtime="numpy") as p:
         _refused(p, _delta(folder, 8), "pass from_step")
+
+
+def test_a_bundle_follows_on_from_the_step_and_run_it_was_exported_from(run, tmp_path):
+    folder, bundles = run
+    with Predictor(bundles[FIRST, "fp32"], runtime="numpy") as p:  # no from_step: the manifest's
+        assert p.step == FIRST and p.manifest["origin"]["chain"] == p.chain is not None
+        other = _run(tmp_path, seed=4)
+        _refused(p, _delta(other, 8), "follow one run's --delta-dir")  # the first delta is checked too
+        assert p.apply_delta(_delta(folder, 8)) == 8
 
 
 def test_a_delta_of_another_run_is_refused(run, tmp_path):
@@ -146,7 +157,7 @@ def test_a_damaged_delta_is_refused(run, tmp_path, part):
 def test_serve_follow_applies_the_deltas_in_order(run, tmp_path):
     folder, bundles = run
     tool = [sys.executable, str(ROOT / "tools" / "serve_follow.py"), str(bundles[FIRST, "int8"])]
-    done = subprocess.run([*tool, str(folder / "deltas"), "--from-step", str(FIRST), "--once"], capture_output=True,
+    done = subprocess.run([*tool, str(folder / "deltas"), "--once"], capture_output=True,  # the bundle's step
                           text=True, env={**os.environ, "GPUEMB_DEVICE": "cpu"}, timeout=300)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()

@@ -65,6 +65,8 @@ def _drop(key):
     (_set(["n_features"], "3"), "field n_features is '3', not an int >= 1"),
     (_set(["n_dense"], None), "field n_dense is None"),
     (_set(["rows"], "int4"), "field rows is 'int4'"),
+    (_set(["origin"], {"step": "8", "chain": None}), "field origin is {'step': '8', 'chain': None}, not {step: an int"),
+    (_set(["origin"], {"step": 8, "chain": 5}), "field origin is"),
     (_set(["onnx"], "elsewhere.onnx"), "field onnx is 'elsewhere.onnx'"),
     (_set(["files"], {"../../etc/passwd": {"bytes": 1, "sha256": "0"}}), "field files is"),
     (_set(["tables", "t0", "dim"], 4.0), "field tables.t0.dim is 4.0"),
