@@ -1,8 +1,8 @@
 """Turn a model built for one process into its part of a data- and model-parallel job.
 
 ``distribute(model, comm)`` replaces every ``EmbeddingCollection`` attribute of the model (``embeddings``, and
-``linear_embeddings`` for first-order models) by a ``ShardedEmbeddingCollection`` of the same tables, pooling
-by the same ``mode`` and ``hotness``, sets the dense parameters to rank 0's values, and returns the
+``linear_embeddings`` for first-order models) by a ``ShardedEmbeddingCollection`` of the same tables (of one dim or
+several), pooling by the same ``mode`` and ``hotness``, sets the dense parameters to rank 0's values, and returns the
 ``GradientAllreduce`` to call each step between ``loss.backward()`` and ``optimizer.step()``.
 """
 from gpuemb.store.collection import EmbeddingCollection
@@ -24,16 +24,12 @@ def distribute(model, comm, plan=None, codecs=None, bucket_bytes=4 << 20, **plan
     found = _collections(model)
     if not found:
         raise ValueError(f"distribute: {type(model).__name__} has no EmbeddingCollection attribute to shard")
-    mixed = [name for name, c in found if c.dim is None]
-    if mixed:
-        raise ValueError(f"distribute: {type(model).__name__}.{mixed[0]} holds tables of several dims, which "
-                         "sharded collections do not take yet; give its tables one dim, or train it on one process")
     if plan is None:
         configs = [t.config for _, c in found for t in c.tables]
         plan = plan_for(configs, comm.world_size, max(c.n_features if c.shared else 1 for _, c in found), **planning)
     for name, c in found:
         sharded = ShardedEmbeddingCollection([t.config for t in c.tables], comm, plan, codecs,
-                                             c.n_features if c.shared else None, c.mode, c.hotness)
+                                             c.n_features if c.shared else None, c.mode, c.hotness, c.dim is None)
         for t in c.tables:
             t.close()
         setattr(model, name, sharded.train(model.training))

@@ -43,7 +43,7 @@ class ShardedLookup(Function):
         c = self.c
         B, F = self.B, self.F
         xp = get_array_module(anchor)
-        out = xp.zeros((B * F, c.dim), np.float32)
+        out = xp.zeros((B * F, c.layout.slot), np.float32)
         self.owned = {}
         if c.streams:
             self._look_up()
@@ -51,7 +51,7 @@ class ShardedLookup(Function):
                 self._return_rows(out, g, width, ids)
         if c.replicas:
             self._read_replicas(out)
-        return out.reshape(B, F, c.dim)
+        return c.layout.outward(out, B)
 
     def _return_rows(self, out, g, width, ids):
         """Send the rows of group ``g`` (streams ``ids`` of ``width``) looked up here back to their requesters, and
@@ -109,7 +109,7 @@ class ShardedLookup(Function):
         for name, (shard, feats) in self.c.replicas.items():
             pos = self._positions(self.B, self.F, feats)
             with_no_insert = shard.table.lookup(self.keys.reshape(-1)[pos], insert=False)
-            out[to_device(pos)] = with_no_insert.data
+            out[to_device(pos), :shard.table.config.dim] = with_no_insert.data
 
     @staticmethod
     def _positions(B, F, feats):
@@ -118,7 +118,7 @@ class ShardedLookup(Function):
     def backward(self, gy):
         c = self.c
         comm, W = c.comm, c.comm.world_size
-        gy = gy.reshape(self.B * self.F, c.dim)
+        gy = c.layout.inward(gy, self.B)
         if c.rank_mean:
             gy = gy / np.float32(W)
         if c.streams:
@@ -175,4 +175,4 @@ class ShardedLookup(Function):
             if rows.size:
                 table = c.replicas[name][0].table
                 y = table.lookup(to_host(keys)[rows])
-                y.backward(grads[to_device(rows)].astype(y.dtype))
+                y.backward(grads[to_device(rows), :table.config.dim].astype(y.dtype))

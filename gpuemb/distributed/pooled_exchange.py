@@ -95,7 +95,7 @@ class ShardedPooledLookup(ShardedLookup):
             at, lengths = self.bags.keys_of(bag)
             keys, w = self.bags.values[at], None if self.bags.weights is None else self.bags.weights[at]
             offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-            out[to_device(pos)] = shard.table.lookup(keys, offsets, self.mode, False, w).data
+            out[to_device(pos), :shard.table.config.dim] = shard.table.lookup(keys, offsets, self.mode, False, w).data
             self.replica_bags[name] = (pos, lengths, keys, w)
 
     def _replica_updates(self, gy):
@@ -126,7 +126,7 @@ class ShardedPooledLookup(ShardedLookup):
             table = c.replicas[name][0].table
             y = table.lookup(np.concatenate(keys), offsets, self.mode, True,
                              np.concatenate(w) if weighted else None)
-            y.backward(get_array_module(grads).concatenate(g).astype(y.dtype))
+            y.backward(get_array_module(grads).concatenate(g)[:, :table.config.dim].astype(y.dtype))
 
 
 def _starts(sizes):

@@ -1,9 +1,9 @@
 """ShardedEmbeddingCollection: an ``EmbeddingCollection`` whose tables are sharded over the ranks of a
 communicator by a ``Plan`` (docs/distributed.md).
 
-A drop-in for ``EmbeddingCollection``: ``forward(sparse) -> Tensor [B_local, F, D]`` on each rank's own part of
-the batch, train and eval modes (eval lookups do not insert), rows updated in the backward by their tables' own
-rules. ``sparse`` is what ``EmbeddingCollection`` takes: ``[B, F]`` single keys (the plain exchange), or pooled
+A drop-in for ``EmbeddingCollection``: ``forward(sparse) -> Tensor [B_local, F, D]`` (``[B_local, width]`` for
+tables of several dims) on each rank's own part of the batch, train and eval modes (eval lookups do not insert),
+rows updated in the backward by their tables' own rules. ``sparse`` is what ``EmbeddingCollection`` takes: ``[B, F]`` single keys (the plain exchange), or pooled
 features (``[B, sum(hotness)]`` under fixed ``hotness``, ``JaggedFeatures``, ``(keys, offsets[, weights])``
 bags), pooled by ``mode`` (``pooled_exchange.py``). Every rank must call it (and the backward) the same number
 of times, in the same mode: each call is a set of collectives.
@@ -21,6 +21,7 @@ from .bags import local_bags
 from .column import couples_columns
 from .exchange import ShardedLookup
 from .default_plan import plan_for
+from .feature_layout import FeatureLayout
 from .pooled_exchange import ShardedPooledLookup
 from .routing import streams_of
 from .shards import check_against_plan, local_shards
@@ -31,13 +32,15 @@ TAGS = ("a2a_keys", "a2a_fwd", "a2a_bwd", "column_sums", "dp_allgather")
 class ShardedEmbeddingCollection(Module):
     """F features over ``configs`` (one ``TableConfig`` per feature, or one config and ``n_features`` to share it),
     sharded over ``comm``'s ranks by ``plan`` (default: ``plan_for(configs, world_size)``), with the all-to-alls
-    in ``codecs`` (default fp32 both ways); ``mode`` and ``hotness`` pool several keys of a feature, as in
-    ``EmbeddingCollection``."""
+    in ``codecs`` (default fp32 both ways); ``mode``, ``hotness`` and ``mixed_dims`` as in
+    ``EmbeddingCollection``: pooling several keys of a feature, and tables of several dims, whose rows come out
+    side by side, ``[B, width]``."""
 
-    def __init__(self, configs, comm, plan=None, codecs=None, n_features=None, mode="sum", hotness=None):
+    def __init__(self, configs, comm, plan=None, codecs=None, n_features=None, mode="sum", hotness=None,
+                 mixed_dims=False):
         if mode not in MODES:
             raise ValueError(f"ShardedEmbeddingCollection: mode={mode!r}; use one of {', '.join(MODES)}")
-        configs, self.dim = stackable(configs, n_features, "ShardedEmbeddingCollection")
+        configs, self.dim = stackable(configs, n_features, "ShardedEmbeddingCollection", mixed_dims)
         self.mode = mode
         self.shared = n_features is not None
         self.comm, self.codecs = comm, codecs or CommCodecs()
@@ -53,6 +56,9 @@ class ShardedEmbeddingCollection(Module):
         self.n_features = n_features if self.shared else len(configs)
         self.hotness = fixed_hotness(hotness, self.n_features, "ShardedEmbeddingCollection")
         self.table_of = np.zeros(self.n_features, np.int64) if self.shared else np.arange(self.n_features)
+        self.dims = tuple(configs[t].dim for t in self.table_of)  # per feature
+        self.width = sum(self.dims)  # of one sample's embeddings side by side
+        self.layout = FeatureLayout(self.dims, self.dim is None)
         names = [c.name for c in configs]
         self.shards = local_shards(configs, self.plan, comm.rank)
         self.streams, self.groups = streams_of(self.plan, names)

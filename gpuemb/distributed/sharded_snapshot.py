@@ -42,7 +42,8 @@ def save_sharded(collection, prefix, meta=None, wrap=None):
     comm = collection.comm
     save_id = comm.broadcast(np.frombuffer(uuid.uuid4().bytes, np.uint8).copy(), root=0).tobytes().hex()
     shards = {n: s for n, s in collection.shards.items() if s.kind != "data" or comm.rank == 0}
-    info = {n: {"kind": s.kind, "cols": list(s.cols), "dim": collection.dim} for n, s in shards.items()}
+    dims = {c.name: c.dim for c in collection.configs}  # each table's own: a collection may hold several dims
+    info = {n: {"kind": s.kind, "cols": list(s.cols), "dim": dims[n]} for n, s in shards.items()}
     path = shard_path(prefix, comm.rank, comm.world_size)
     sharded = {"id": save_id, "rank": comm.rank, "world_size": comm.world_size, "shards": info}
     wrap = wrap or (lambda name, table: table)
