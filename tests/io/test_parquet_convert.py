@@ -96,7 +96,8 @@ def test_tools_convert_parquet_writes_shards_and_reports_bad_rows(tmp_path, rng)
     columns = random_columns(rng, 400)
     path = write(tmp_path / "x.parquet", columns, row_group_size=100)
     names = ["--label", "y", "--dense", "d_f", "d_i", "--categorical", "c_str", "tags", "c_int", "words"]
-    out = run("convert.py", "parquet", path, *names, "--max-bag", "3", "--out", tmp_path / "shards")
+    out = run("convert.py", "parquet", path, *names, "--max-bag", "3", "--split", "1", "0", "0",
+              "--out", tmp_path / "shards")
     assert out.returncode == 0, out.stderr
     long = sum(y is not None and max(len(t or ()) - (t or []).count(None), len(w or ()) - (w or []).count(None)) > 3
                for y, t, w in zip(columns["y"], columns["tags"], columns["words"]))
