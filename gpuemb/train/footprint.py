@@ -21,10 +21,8 @@ def layer_widths(model):
     collection), and every dense layer's output."""
     widths = [getattr(model, "n_dense", 0)]
     for m in model.modules():
-        if isinstance(m, EmbeddingCollection):
+        if isinstance(m, (EmbeddingCollection, ShardedEmbeddingCollection)):
             widths.append(m.width)
-        elif isinstance(m, ShardedEmbeddingCollection):  # one dim for every table (distribute refuses several)
-            widths.append(m.n_features * m.configs[0].dim)
         elif isinstance(m, Linear):
             widths.append(m.weight.shape[0])
     return widths

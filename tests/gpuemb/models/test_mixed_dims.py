@@ -46,13 +46,27 @@ def test_models_whose_interaction_needs_one_dim_refuse_several(name, what):
         build(name, 3, _tables())
 
 
-def test_export_and_sharding_refuse_several_dims_in_one_line(tmp_path):
+def test_a_bundle_and_a_world_of_one_take_several_dims(tmp_path, rng):
+    """Exported and distributed, a model of several dims gives its own eval output (the full checks of each are in
+    tests/gpuemb/serve and tests/gpuemb/distributed)."""
     from gpuemb.comm import LocalCommunicator
     from gpuemb.distributed import distribute
+    from gpuemb.serve import Predictor
     from gpuemb.serve.bundle import write_bundle
 
-    model = build("dcn", 3, _tables(), **HYPER["dcn"])
-    with pytest.raises(ValueError, match=r"several dims \[2, 4, 8\], which bundles do not hold yet"):
-        write_bundle(model, tmp_path / "b")
-    with pytest.raises(ValueError, match="holds tables of several dims, which sharded collections do not take"):
-        distribute(model, LocalCommunicator())
+    model = build("dcn", 3, _tables(), seed=3, **HYPER["dcn"])
+    sparse, dense = rng.integers(0, 1 << 40, (B, len(DIMS))), rng.standard_normal((B, 3)).astype(np.float32)
+    model(dense, sparse).sum().backward()
+    model.eval()
+    want = to_host(model(dense, sparse).data)
+    write_bundle(model, tmp_path / "b")
+    with Predictor(tmp_path / "b", runtime="numpy") as p:
+        np.testing.assert_allclose(p.predict(dense, sparse), want, rtol=1e-5, atol=1e-6)
+    whole, sharded = (build("dcn", 3, _tables(), seed=3, **HYPER["dcn"]) for _ in range(2))
+    distribute(sharded, LocalCommunicator())  # before training, as a run distributes its model
+    assert sharded.embeddings.width == sum(DIMS)
+    for m in (whole, sharded):
+        m(dense, sparse).sum().backward()  # the rows' update is in the backward
+        m.eval()
+    np.testing.assert_allclose(to_host(sharded(dense, sparse).data), to_host(whole(dense, sparse).data),
+                               rtol=1e-5, atol=1e-6)
