@@ -37,7 +37,7 @@ def parse(argv):
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)  # argparse exits 2 with one line on a bad flag
     from gpuemb.serve import BundleError, Predictor
-    from gpuemb.serve.delta_chain import read_index
+    from gpuemb.serve.delta_chain import read_index, table_files
     try:
         with Predictor(args.bundle, args.host_cache_rows, from_step=args.from_step) as p:
             if p.step is None:
@@ -46,7 +46,7 @@ def main(argv=None):
             while True:
                 _, entries = read_index(args.delta_dir)
                 for e in (e for e in entries if e["since"] >= p.step):
-                    path = os.path.join(args.delta_dir, e["tables"]["file"])
+                    path = os.path.join(args.delta_dir, table_files(e)[0]["file"])  # rank 0's of a sharded run
                     t = time.perf_counter()
                     p.apply_delta(path)
                     print(f"step {p.step}: applied {path} ({time.perf_counter() - t:.2f} s)", flush=True)

@@ -152,7 +152,7 @@ class Run:
         self.deltas, d = None, config.checkpoints
         if d.delta_every:  # its graphs need onnx (the serve extra): imported only by a run that writes deltas
             from .deltas import DeltaWriter
-            self.deltas = DeltaWriter(d.delta_dir, d.delta_every, self.model, self.tables, self.cluster.world_size)
+            self.deltas = DeltaWriter(d.delta_dir, d.delta_every, self.model, self.tables, self.cluster)
         self.pipeline = Pipeline(self.trainer, self.batches, config.run.pipeline)
         self.eval_every = config.output.eval_every or max(1, self.total_steps // 4)
         self.window = []  # losses of the steps since the last train record

@@ -17,9 +17,10 @@ from .tables import named_tables, check_config
 from .writer import write_snapshot
 
 
-def save_delta(tables, path, since):
+def save_delta(tables, path, since, meta=None):
     """Write the changes of ``tables`` after ``since`` (a marker, or ``{name: marker}``) to the delta file
-    ``path``; returns ``{name: marker}`` of now, the ``since`` of the next delta."""
+    ``path``, with ``meta`` beside the markers (a sharded run's: the rank and its shards' placement); returns
+    ``{name: marker}`` of now, the ``since`` of the next delta."""
     tables = named_tables(tables)
     snaps, until = {}, {}
     for name, t in tables.items():
@@ -27,7 +28,7 @@ def save_delta(tables, path, since):
         keys, rows, steps, deleted = t.delta(since[name] if isinstance(since, Mapping) else since)
         snaps[name] = TableSnapshot(t.config.to_dict(), t.format.layout, keys, rows, steps,
                                     part_dtypes=t.format.part_dtypes, extras={"deleted": deleted})
-    write_snapshot(path, snaps, meta={"since": since, "until": until}, delta=True)
+    write_snapshot(path, snaps, meta={**(meta or {}), "since": since, "until": until}, delta=True)
     return until
 
 
