@@ -119,7 +119,8 @@ class Predictor:
 
     def apply_delta(self, path):
         """Apply the delta of a training run whose table file is ``path`` (``delta-<step>.h5`` in its
-        ``--delta-dir``): drop its deleted keys, set its rows in the bundle's row format and take its dense part.
+        ``--delta-dir``, or any rank's file of a delta of several ranks, whose files are joined): drop its deleted
+        keys, set its rows in the bundle's row format and take its dense part.
         It must start at the step served (``from_step``, then the last delta's end) and be of the same run; a delta
         out of order, after a gap, of another run or damaged is one BundleError line, and what is served stays as
         it was. Returns the step served now."""
