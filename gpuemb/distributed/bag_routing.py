@@ -1,7 +1,7 @@
 """Where each bag goes and where each pooled row comes back: the bookkeeping of the all-to-all for pooled features.
 
 The entries of the exchange are bags, not keys. A bag of a table- or column-wise stream is one entry, to the
-stream's rank. A bag of a row-wise stream is one entry to each rank that owns a key of it: its sub-bag of the keys
+stream's rank. A bag of a keyed stream (row-wise, table-row-wise, a grid's column range) is one entry to each rank that owns a key of it: its sub-bag of the keys
 that rank owns (never empty; a bag with no key sends nothing), so each owner returns one partial row per sub-bag
 it got and the requester combines a bag's partials (``row_partials.py``). Entries are sorted as ``Route`` sorts
 keys: by destination, then stream, batch order within. No bag index travels: the partials come back in the order
@@ -21,15 +21,15 @@ class BagRoute(Route):
     """The requester's side of a pooled step, from ``LocalBags``: as ``Route``, with entries that are (sub-)bags.
     Also: ``lengths`` of each entry and ``keys`` (``weights``, or None) in send order, ``key_counts [W]``."""
 
-    def __init__(self, bags, table_of, streams, groups, world_size, owner):
+    def __init__(self, bags, table_of, streams, groups, world_size):
         W = world_size
         pos, sid, dest, lengths, at = [], [], [], [], []
         for i, st in enumerate(streams):
             p, bag = bags.sample_major(np.flatnonzero(np.asarray(table_of) == st.table))
             index, n = bags.keys_of(bag)
-            if st.kind == "row":  # a sub-bag to each owner of a key of the bag, owner-major, keys in bag order
+            if st.keyed:  # a sub-bag to each owner of a key of the bag, owner-major, keys in bag order
                 m = p.size
-                entry = np.repeat(np.arange(m), n) + m * np.asarray(owner(st.table, bags.values[index]), np.int64)
+                entry = np.repeat(np.arange(m), n) + m * st.owners(bags.values[index])
                 index, n = index[np.argsort(entry, kind="stable")], np.bincount(entry, minlength=W * m)
                 held = n > 0
                 p, d, n = np.tile(p, W)[held], np.repeat(np.arange(W), m)[held], n[held]

@@ -30,6 +30,18 @@ def couples_columns(rule, cols, dim):
     return type(rule) is RowwiseAdagradRule and tuple(cols) != (0, dim)
 
 
+def coupled_groups(placement, config):
+    """The sets of ranks whose column shards of ``config``'s table add up their squared-gradient sums: the shards
+    of one residue, which get the same keys in the same order (column-wise: all of them; a grid: one set per
+    residue, a shard of each column range)."""
+    if not any(couples_columns(config.rule, s.cols, config.dim) for s in placement.shards):
+        return []
+    groups = {}
+    for s in placement.shards:
+        groups.setdefault(s.residue, set()).add(s.rank)
+    return list(groups.values())
+
+
 class ColumnShardTable(EmbeddingTable):
     """The columns ``cols = (start, stop)`` of the table ``config`` (whose dim is the whole row's)."""
 

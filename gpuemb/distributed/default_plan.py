@@ -1,18 +1,25 @@
-"""A plan for a collection's tables when none is given: the sharding planner over equal ranks."""
+"""A plan for a collection's tables when none is given: the sharding planner over equal ranks, or every table
+table-row-wise or grid over hosts (``sharding.hierarchical``)."""
 from gpuemb.sharding import RankBudget, TableSpec, plan_tables
+from gpuemb.sharding.hierarchical import plan_hosts
+from gpuemb.sharding.plan import HOST_KINDS
 
 DEFAULT_ROWS = 1 << 20
 DEFAULT_DEVICE_BYTES = 16 << 30
 
 
 def plan_for(configs, world_size, n_features=None, rows=DEFAULT_ROWS, device_bytes=DEFAULT_DEVICE_BYTES,
-             batch_size=65536, codec="fp32", sharding="auto", **planner):
+             batch_size=65536, codec="fp32", sharding="auto", local_ranks=None, **planner):
     """``plan_tables`` of the table ``configs`` over ``world_size`` ranks of ``device_bytes`` each.
 
     ``rows``: the keys each table is expected to hold (an int, or ``{name: rows}``); a table shared by
     ``n_features`` features is looked up that many times a sample. ``planner``: more ``plan_tables`` arguments
-    (``dp_max_bytes``, ``cache_fraction``).
+    (``dp_max_bytes``, ``cache_fraction``). ``sharding`` ``table_row`` or ``grid`` places every table so over
+    hosts of ``local_ranks`` ranks (default: one host of all).
     """
     specs = [TableSpec.from_config(c, rows.get(c.name, DEFAULT_ROWS) if isinstance(rows, dict) else rows,
                                    lookups_per_sample=n_features or 1, sharding=sharding) for c in configs]
+    if sharding in HOST_KINDS:
+        return plan_hosts(specs, world_size, local_ranks or world_size, sharding, max(batch_size, world_size), codec,
+                          device_bytes)
     return plan_tables(specs, [RankBudget(device_bytes)] * world_size, max(batch_size, world_size), codec, **planner)

@@ -5,11 +5,13 @@
 several), pooling by the same ``mode`` and ``hotness``, sets the dense parameters to rank 0's values, and returns the
 ``GradientAllreduce`` to call each step between ``loss.backward()`` and ``optimizer.step()``.
 """
+from gpuemb.sharding.plan import HOST_KINDS
 from gpuemb.store.collection import EmbeddingCollection
 
 from .sharded_collection import ShardedEmbeddingCollection
 from .dense import GradientAllreduce, broadcast_parameters
 from .default_plan import plan_for
+from .hosts import local_ranks
 
 
 def _collections(model):
@@ -18,7 +20,8 @@ def _collections(model):
 
 def distribute(model, comm, plan=None, codecs=None, bucket_bytes=4 << 20, **planning):
     """Shard ``model``'s embedding collections over ``comm`` by ``plan`` (default: ``plan_for`` all their
-    tables, given ``planning``: ``batch_size``, ``codec``, ``sharding``, ``rows``...), with the all-to-alls in
+    tables, given ``planning``: ``batch_size``, ``codec``, ``sharding``, ``rows``...; ``table_row`` and ``grid``
+    find the ranks of a host by ``hosts.local_ranks`` unless ``local_ranks`` is given), with the all-to-alls in
     ``codecs``; returns the dense ``GradientAllreduce``. Build the model the same way (seed included) on every
     rank."""
     found = _collections(model)
@@ -26,6 +29,8 @@ def distribute(model, comm, plan=None, codecs=None, bucket_bytes=4 << 20, **plan
         raise ValueError(f"distribute: {type(model).__name__} has no EmbeddingCollection attribute to shard")
     if plan is None:
         configs = [t.config for _, c in found for t in c.tables]
+        if planning.get("sharding") in HOST_KINDS and planning.get("local_ranks") is None:
+            planning["local_ranks"] = local_ranks(comm)
         plan = plan_for(configs, comm.world_size, max(c.n_features if c.shared else 1 for _, c in found), **planning)
     for name, c in found:
         sharded = ShardedEmbeddingCollection([t.config for t in c.tables], comm, plan, codecs,

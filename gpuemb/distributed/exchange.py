@@ -74,7 +74,7 @@ class ShardedLookup(Function):
     def _look_up(self):
         """Route this rank's keys to their owners and look up, at each shard held here, the keys it received."""
         c, comm, W = self.c, self.c.comm, self.c.comm.world_size
-        self.route = r = Route(self.keys, c.table_of, c.streams, self.groups, W, c.owner)
+        self.route = r = Route(self.keys, c.table_of, c.streams, self.groups, W)
         counts, _ = comm.alltoallv(r.stream_counts, np.ones(W, np.int64), tag="a2a_keys")
         received, _ = comm.alltoallv(r.keys, r.send_counts, tag="a2a_keys")
         self.arrivals = a = Arrivals(counts, self.groups)

@@ -11,7 +11,9 @@ The steps of ``ShardedLookup`` (exchange.py), with bags in place of keys (``bag_
   (over the whole bag's length for a mean), or their element-wise max. So a requester and an owner exchange a row
   for each bag with a key in the owner's shard, what the planner's cost model counts. The backward sends each
   owner the gradient of each sub-bag it pooled (over the bag's length for a mean; for max, only the elements its
-  partial won, zeros elsewhere), and the owner's lookup spreads it over its sub-bag.
+  partial won, zeros elsewhere), and the owner's lookup spreads it over its sub-bag. Table-row-wise is row-wise
+  over one host's ranks; a grid's column ranges are each row-wise over one host's ranks, so each range's partials
+  combine into its own columns.
 - Data-parallel: each replica pools its rank's bags; the backward gathers every rank's bags and gradients and
   every replica applies them, as for single keys.
 """
@@ -39,7 +41,7 @@ class ShardedPooledLookup(ShardedLookup):
     def _look_up(self):
         c, comm, W = self.c, self.c.comm, self.c.comm.world_size
         S = len(c.streams)
-        self.route = r = BagRoute(self.bags, c.table_of, c.streams, self.groups, W, c.owner)
+        self.route = r = BagRoute(self.bags, c.table_of, c.streams, self.groups, W)
         # each rank says whether it has weights, so that all send them or none do
         head = np.concatenate([r.stream_counts, np.full((W, 1), int(self.bags.weights is not None))], axis=1)
         counts, _ = comm.alltoallv(head, np.ones(W, np.int64), tag="a2a_keys")
@@ -58,31 +60,52 @@ class ShardedPooledLookup(ShardedLookup):
                 self.owned[s] = c.shard_of(s).table.lookup(keys, offsets, self._owner_mode(s), self.training, w)
 
     def _place_group(self, out, g, ids, rows):
-        """Table- and column-wise rows go in place; the row-wise streams' partials combine into their bags' rows."""
+        """Table- and column-wise rows go in place; the keyed streams' partials combine into their bags' rows."""
         others, row = self._split(g, ids)
         super()._place_group(out, g, others, rows)
-        if row.size:  # the row-wise streams of a group return rows of its width: columns [0, width)
+        if row.size:  # a bag's partials of one column range combine: its place is offset by the range's start
             entries = self.route.group_index[g][row]
-            self.partials[g] = p = RowPartials(self.route.pos[entries], self.route.lengths[entries])
-            out[to_device(p.bags), :rows.shape[1]] = p.combine(rows[to_device(row)], self.mode)
+            start = np.array([st.cols[0] for st in self.c.streams], np.int64)[self.route.stream[entries]]
+            place = start * (self.B * self.F) + self.route.pos[entries]
+            self.partials[g] = p = RowPartials(place, self.route.lengths[entries])
+            pooled = p.combine(rows[to_device(row)], self.mode)
+            for bags, pos, a in self._by_columns(p.bags):
+                out[to_device(pos), a:a + rows.shape[1]] = pooled if bags is None else pooled[to_device(bags)]
 
     def _fill_grads(self, send, gy, g, ids):
         others, row = self._split(g, ids)
         super()._fill_grads(send, gy, g, others)
         if row.size:
-            p = self.partials[g]
-            send[to_device(row)] = p.grads(gy[to_device(p.bags), :send.shape[1]], self.mode)
+            p, w = self.partials[g], send.shape[1]
+            parts = [(bags, gy[to_device(pos), a:a + w]) for bags, pos, a in self._by_columns(p.bags)]
+            if parts[0][0] is None:
+                bag_grads = parts[0][1]
+            else:
+                bag_grads = get_array_module(gy).empty((p.bags.size, w), gy.dtype)
+                for bags, part in parts:
+                    bag_grads[to_device(bags)] = part
+            send[to_device(row)] = p.grads(bag_grads, self.mode)
+
+    def _by_columns(self, places):
+        """``[(bags, pos, start)]``: the bags at ``places`` (``start·B·F + pos``) of each column start, ``bags``
+        indexing ``places`` (None where every bag has one start, as row-wise streams have)."""
+        n = self.B * self.F
+        starts = places // n
+        found = np.unique(starts)
+        if found.size == 1:
+            return [(None, places - found[0] * n, int(found[0]))]
+        return [(b, places[b] - a * n, int(a)) for a in found for b in [np.flatnonzero(starts == a)]]
 
     def _split(self, g, ids):
         """``(others, row)``: the table- and column-wise streams among group ``g``'s ``ids``, and where the
-        row-wise streams' entries are in the group's send order."""
-        rows = [s for s in ids if self.c.streams[s].kind == "row"]
+        keyed streams' entries are in the group's send order."""
+        rows = [s for s in ids if self.c.streams[s].keyed]
         entries = self.route.group_index[g]
         return [s for s in ids if s not in rows], np.flatnonzero(np.isin(self.route.stream[entries], rows))
 
     def _owner_mode(self, s):
-        """A row-wise owner sums a mean's sub-bags: the requester divides by the whole bag's length."""
-        return "sum" if self.mode == "mean" and self.c.streams[s].kind == "row" else self.mode
+        """A keyed owner sums a mean's sub-bags: the requester divides by the whole bag's length."""
+        return "sum" if self.mode == "mean" and self.c.streams[s].keyed else self.mode
 
     @staticmethod
     def _reply_buffer(xp, shape):

@@ -1,8 +1,10 @@
 """Where each key of a batch goes, and where each row that comes back belongs: the bookkeeping of the all-to-all.
 
-A *stream* is one shard that keys are sent to: a table-wise table's shard, a row-wise table (one stream whose
-owner depends on the key: ``owner_hash(key) % W``), or one column shard of a column-wise table (every key goes to
-every column shard). Data-parallel tables have no stream: each rank reads its replica. Streams are numbered the
+A *stream* is one column range of a table that keys are sent to: a table-wise table's shard, a row-wise table (one
+stream whose owner depends on the key: ``owner_hash(key) % W``), one column shard of a column-wise table (every key
+goes to every column shard), a table-row-wise table (its owner by the key among one host's ranks), or one column
+range of a grid table (every key goes to every range, each range's owner by the key among its host's ranks).
+Data-parallel tables have no stream: each rank reads its replica. Streams are numbered the
 same way on every rank, ordered by the width of the rows they return, so all streams of one width form a
 contiguous *group*; the rows of one group travel in one all-to-all (the rows of an all-to-all share a width).
 
@@ -15,22 +17,37 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuemb.sharding.plan import owner_among
+
+KEYED = ("row", "table_row", "grid")  # the kinds whose owner depends on the key
+
 
 @dataclass(frozen=True)
 class Stream:
     """Table ``table`` (index into the collection's tables), placement ``kind``, weight columns ``cols``;
-    ``rank`` is the owner (-1 for row-wise: it depends on the key)."""
+    ``ranks``: its shards' ranks by residue, among which a key's owner is picked by its hash; ``rank`` is the
+    owner (-1 where it depends on the key)."""
     table: int
     kind: str
     cols: tuple
     rank: int
+    ranks: tuple = ()
 
     @property
     def width(self):
         return self.cols[1] - self.cols[0]
 
+    @property
+    def keyed(self):
+        """Whether a key's owner depends on the key: its bags split into sub-bags, one to each owner."""
+        return self.kind in KEYED
+
     def held_by(self, rank):
-        return self.rank == rank or self.kind == "row"
+        return rank in self.ranks
+
+    def owners(self, keys):
+        """The owning rank of each of ``keys``: ``[n]``."""
+        return owner_among(self.ranks, keys)
 
 
 def streams_of(plan, names):
@@ -41,10 +58,8 @@ def streams_of(plan, names):
         p = plan.placement(name)
         if p.kind == "data":
             continue
-        if p.kind == "column":
-            found += [Stream(t, "column", tuple(s.cols), s.rank) for s in p.shards]
-        else:
-            found.append(Stream(t, p.kind, tuple(p.shards[0].cols), p.shards[0].rank if p.kind == "table" else -1))
+        found += [Stream(t, p.kind, cols, -1 if p.kind in KEYED else ranks[0], ranks)
+                  for cols, ranks in plan.owners(name)]
     streams = sorted(found, key=lambda s: (-s.width, s.table, s.cols))
     groups = []
     for i, s in enumerate(streams):
@@ -59,13 +74,13 @@ class Route:
     """The requester's side of one step: which keys go where, in the order they are sent.
 
     ``keys [B, F]`` int64 (already mixed per feature where features share a table), ``table_of [F]`` the table of
-    each feature, ``owner(t, keys)`` the owning rank of each key of row-wise table t. After it:
+    each feature. After it:
     ``keys``, ``pos`` (flat index ``b·F + f`` into ``[B, F]``) and ``stream`` of each sent entry, in send order;
     ``send_counts [W]``; ``stream_counts [W, S]``; and per group g, ``group_index[g]`` (the entries of the group,
     in send order) and ``group_counts[g] [W]``.
     """
 
-    def __init__(self, keys, table_of, streams, groups, world_size, owner):
+    def __init__(self, keys, table_of, streams, groups, world_size):
         B, F = keys.shape
         W = world_size
         pos, sid, dest = [], [], []
@@ -74,7 +89,7 @@ class Route:
             p = (np.arange(B)[:, None] * F + feats[None, :]).reshape(-1)
             pos.append(p)
             sid.append(np.full(p.size, i, np.int64))
-            dest.append(owner(st.table, keys.reshape(-1)[p]) if st.kind == "row" else np.full(p.size, st.rank))
+            dest.append(st.owners(keys.reshape(-1)[p]))
         self._sort(pos, sid, dest, groups, W)
         self.keys = np.ascontiguousarray(keys.reshape(-1)[self.pos])
 

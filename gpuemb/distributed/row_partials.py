@@ -14,7 +14,8 @@ from gpuemb.kernels.embedding_bag import embedding_bag, embedding_bag_max
 
 
 class RowPartials:
-    """From ``pos [E]`` (each partial's bag: its place ``b·F + f``) and ``lengths [E]`` (its sub-bag's keys), in
+    """From ``pos [E]`` (each partial's bag: its place ``b·F + f``, offset where a grid's column ranges share a
+    group) and ``lengths [E]`` (its sub-bag's keys), in
     the order the partials come back. ``bags [n]``: the places of the bags that have partials, ascending."""
 
     def __init__(self, pos, lengths):

@@ -18,7 +18,7 @@ from gpuemb.kernels.embedding_bag import MODES
 from gpuemb.store.collection import fixed_hotness, mixed_keys, stackable
 
 from .bags import local_bags
-from .column import couples_columns
+from .column import coupled_groups
 from .exchange import ShardedLookup
 from .default_plan import plan_for
 from .feature_layout import FeatureLayout
@@ -65,9 +65,7 @@ class ShardedEmbeddingCollection(Module):
         self.local_streams = [s for s, st in enumerate(self.streams) if st.held_by(comm.rank)]
         self.replicas = {c.name: (self.shards[c.name], np.flatnonzero(self.table_of == t))
                          for t, c in enumerate(configs) if self.plan.placement(c.name).kind == "data"}
-        self.coupled = [(c.name, {s.rank for s in self.plan.placement(c.name).shards}) for c in configs
-                        if self.plan.placement(c.name).kind == "column"
-                        and any(couples_columns(c.rule, s.cols, c.dim) for s in self.plan.placement(c.name).shards)]
+        self.coupled = [(c.name, ranks) for c in configs for ranks in coupled_groups(self.plan.placement(c.name), c)]
 
     @property
     def tables(self):
@@ -77,10 +75,6 @@ class ShardedEmbeddingCollection(Module):
     def shard_of(self, stream):
         """The local shard that serves ``stream`` (an index into ``streams``)."""
         return self.shards[self.configs[self.streams[stream].table].name]
-
-    def owner(self, table, keys):
-        """The rank owning each of ``keys`` of table index ``table`` (row-wise)."""
-        return self.plan.owner_of(self.configs[table].name, keys)
 
     def forward(self, sparse):
         if isinstance(sparse, JaggedFeatures) and sparse.single_hot and self.hotness is None:
@@ -101,8 +95,9 @@ class ShardedEmbeddingCollection(Module):
         return op.apply(Tensor(backend.xp.zeros(0, np.float32), requires_grad=record))
 
     def partial_sums(self):
-        """The names of the tables whose bags pool as partial sums over the ranks: row-wise, by sum or mean."""
-        return [] if self.mode == "max" else [self.configs[st.table].name for st in self.streams if st.kind == "row"]
+        """The names of the tables whose bags pool as partial sums over the ranks: keyed (row-wise, table-row-wise,
+        grid), by sum or mean."""
+        return [] if self.mode == "max" else [self.configs[st.table].name for st in self.streams if st.keyed]
 
     def comm_bytes(self, reset=True):
         """``{tag: bytes}`` this rank sent for the embeddings since the last reset: the key exchange

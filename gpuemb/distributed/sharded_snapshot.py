@@ -8,7 +8,8 @@ placement kind, weight columns and whole dim.
 Loading into M ranks: every rank opens all N files, checks that they are one save's N files and that each table's
 config matches (the dim aside, which a column shard narrows), then, for each table it holds under its new plan,
 streams the stored chunks of every old shard whose columns meet its own and imports the keys it now owns:
-row-wise by ``owner_hash(key) % M``, every key otherwise. Column shards are joined or split by columns
+row-wise by ``owner_hash(key) % M`` (table-row-wise and a grid's ranges: among one host's ranks), every key
+otherwise. Column shards are joined or split by columns
 (``layout.copy_columns``): where a new shard takes columns from several old ones, each key's row is completed
 piece by piece. Nothing is staged whole: one stored chunk at a time.
 
@@ -26,6 +27,7 @@ from gpuemb.store.snapshot import SnapshotError, check_config, read_snapshot, sa
 from gpuemb.store.snapshot.lifecycle import restore_lifecycle
 
 from .layout import copy_columns, resized
+from .routing import KEYED
 from .shards import LocalShard
 
 
@@ -131,9 +133,10 @@ def _sources(snaps, shard):
 
 def _owned(collection, shard, keys):
     """The mask of ``keys`` that this rank's ``shard`` holds under the collection's plan."""
-    if shard.kind != "row":
+    if shard.kind not in KEYED:
         return np.ones(keys.size, bool)
-    return collection.plan.owner_of(shard.name, keys) == collection.comm.rank
+    owners = collection.plan.owner_of(shard.name, keys).reshape(keys.size, -1)  # a grid: one column per range
+    return (owners == collection.comm.rank).any(axis=1)  # a rank holds one range of a table
 
 
 def load_sharded(collection, paths):

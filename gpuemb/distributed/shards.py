@@ -4,6 +4,8 @@
 - row-wise: on every rank, the keys whose ``owner_hash(key) % W`` is the rank's residue (routing decides which
   keys arrive, so the local table is an ordinary one);
 - column-wise: a ``ColumnShardTable`` of the shard's columns on each of its ranks;
+- table-row-wise: row-wise over the ranks of one host, each holding the keys of its residue;
+- grid: on each rank of a column range's host, a ``ColumnShardTable`` of the range, holding the keys of its residue;
 - data-parallel: a full replica on every rank.
 
 Each shard keeps its config's store options (device, host or ssd home, caches); an ssd home gets a file of its
@@ -64,6 +66,6 @@ def local_shards(configs, plan, rank):
             if s.rank != rank:
                 continue
             cfg = rank_config(c, rank)
-            table = ColumnShardTable(cfg, s.cols) if p.kind == "column" else EmbeddingTable(cfg)
+            table = ColumnShardTable(cfg, s.cols) if tuple(s.cols) != (0, c.dim) else EmbeddingTable(cfg)
             out[c.name] = LocalShard(c.name, p.kind, tuple(s.cols), table)
     return out

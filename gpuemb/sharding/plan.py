@@ -7,7 +7,15 @@ device cache. Kinds:
 - ``table``: one shard, all rows and columns, on one rank;
 - ``row``: one shard per rank; rank ``r`` holds the keys whose ``owner_hash(key) % world_size == r``;
 - ``column``: shards of all rows, each a range of the columns, on distinct ranks;
-- ``data``: a full replica on every rank, the gradients allreduced.
+- ``data``: a full replica on every rank, the gradients allreduced;
+- ``table_row``: row-wise over the ranks of one host: rank ``host·L + i`` of its ``L`` local ranks holds the keys
+  whose ``owner_hash(key) % L`` is its shard's residue;
+- ``grid``: column shards of row shards: each column range of the table is row-wise over one host's ranks.
+
+Every kind is one rule: a table's shards group by their columns, and each column range's shards, by residue, own
+its keys by ``owner_hash(key) % (shards of the range)`` (a range of one shard owns them all). ``local_ranks`` is
+the ranks of a host, the hosts holding ranks ``[h·L, (h + 1)·L)``; a plan with ``table_row`` or ``grid``
+placements states it.
 
 ``to_json()``/``from_json()`` round-trip the decisions; the JSON also carries each rank's estimated costs
 (``cost.rank_costs``), to read, and ``from_json`` ignores them.
@@ -23,7 +31,8 @@ from gpuemb.io.hashing import mix_array
 from .cost import CODEC_BYTES, HOMES, rank_costs
 from .spec import RankBudget, TableSpec
 
-KINDS = ("table", "row", "column", "data")
+KINDS = ("table", "row", "column", "data", "table_row", "grid")
+HOST_KINDS = ("table_row", "grid")  # kinds whose row shards live on one host
 OWNER_SLOT = 0x5AD  # owner_hash's salt: any slot works as long as the row-wise owners all use the same one
 
 
@@ -35,6 +44,14 @@ def owner_hash(keys):
     that chose their owner and crowd into part of that rank's index.
     """
     return mix_array(np.ascontiguousarray(keys, np.int64).view(np.uint64), OWNER_SLOT)
+
+
+def owner_among(ranks, keys):
+    """The owner of each of ``keys`` among ``ranks`` (a column range's shards, by residue): ``[n]``."""
+    ranks = np.asarray(ranks, np.int64)
+    if ranks.size == 1:
+        return np.full(np.shape(keys), ranks[0])
+    return ranks[owner_hash(keys) % ranks.size]
 
 
 @dataclass(frozen=True)
@@ -61,11 +78,12 @@ class Placement:
 @dataclass(frozen=True)
 class Plan:
     """Every table's placement over ``len(budgets)`` ranks, for steps of ``batch_size`` samples (global) whose
-    embedding all-to-alls use ``codec``."""
+    embedding all-to-alls use ``codec``; ``local_ranks``: the ranks of a host (None: not stated)."""
     budgets: tuple
     placements: tuple
     batch_size: int
     codec: str
+    local_ranks: int = None
 
     def __post_init__(self):
         _check(self)
@@ -82,19 +100,23 @@ class Plan:
         raise KeyError(f"Plan: no table {table!r}; it has {', '.join(p.table.name for p in self.placements)}")
 
     def owner_of(self, table, keys):
-        """The rank owning each of ``keys`` (int64) of ``table``: ``[n]``, or ``[n, S]`` for a column-wise table
-        (one rank per shard of ``column_ranges``). A data-parallel table has no owner: every rank holds it."""
+        """The rank owning each of ``keys`` (int64) of ``table``: ``[n]``, or ``[n, S]`` for a column-wise or grid
+        table (one rank per column range of ``owners``). A data-parallel table has no owner: every rank holds it."""
         p = self.placement(table)
         keys = np.asarray(keys, np.int64)
-        ranks = np.array([s.rank for s in p.shards], np.int64)
         if p.kind == "data":
             raise ValueError(f"Plan.owner_of: {table!r} is data-parallel, so every rank looks its keys up locally")
-        if p.kind == "row":
-            by_residue = ranks[np.argsort([s.residue for s in p.shards])]
-            return by_residue[owner_hash(keys) % len(p.shards)]
-        if p.kind == "column":
-            return np.broadcast_to(ranks, keys.shape + ranks.shape).copy()
-        return np.full(keys.shape, ranks[0])
+        by_range = [owner_among(ranks, keys) for _, ranks in self.owners(table)]
+        return np.stack(by_range, axis=-1) if p.kind in ("column", "grid") else by_range[0]
+
+    def owners(self, table):
+        """``[(cols, ranks)]``: each column range of ``table``, in column order, and the ranks of its shards by
+        residue, among which ``owner_among`` picks a key's owner."""
+        ranges = {}
+        for s in self.placement(table).shards:
+            ranges.setdefault(tuple(s.cols), []).append(s)
+        return [(cols, tuple(s.rank for s in sorted(shards, key=lambda s: s.residue or 0)))
+                for cols, shards in sorted(ranges.items())]
 
     def column_ranges(self, table):
         """``[(rank, start, stop), ...]``: which rank holds which weight columns of ``table``, in column order."""
@@ -104,6 +126,7 @@ class Plan:
         costs = rank_costs(self)
         return json.dumps({
             "world_size": self.world_size, "batch_size": self.batch_size, "codec": self.codec,
+            "local_ranks": self.local_ranks,
             "budgets": [b.to_dict() for b in self.budgets],
             "placements": [{"table": p.table.to_dict(), "kind": p.kind, "reason": p.reason,
                             "shards": [vars(s) for s in p.shards]} for p in self.placements],
@@ -120,7 +143,8 @@ class Plan:
                 Placement(TableSpec.from_dict(p["table"]), p["kind"],
                           tuple(Shard(**{**s, "cols": tuple(s["cols"])}) for s in p["shards"]), p.get("reason", ""))
                 for p in d["placements"])
-            return cls(tuple(RankBudget.from_dict(b) for b in d["budgets"]), placements, d["batch_size"], d["codec"])
+            return cls(tuple(RankBudget.from_dict(b) for b in d["budgets"]), placements, d["batch_size"], d["codec"],
+                       d.get("local_ranks"))
         except (KeyError, TypeError) as e:
             raise ValueError(f"Plan.from_json: not a plan ({type(e).__name__}: {e}); give the JSON that "
                              "Plan.to_json() wrote") from e
@@ -133,6 +157,10 @@ def _check(plan):
         fail("Plan: budgets", "give one RankBudget per rank")
     if plan.codec not in CODEC_BYTES:
         fail("Plan: codec", f"{plan.codec!r}; use one of {', '.join(CODEC_BYTES)}")
+    if plan.local_ranks is not None and (not isinstance(plan.local_ranks, int) or plan.local_ranks < 1
+                                         or W % plan.local_ranks):
+        fail("Plan: local_ranks", f"{plan.local_ranks!r} ranks a host do not divide the {W} ranks; give the ranks "
+                                  "of one host, a divisor of the world size")
     if not isinstance(plan.batch_size, int) or plan.batch_size < 1:
         fail("Plan: batch_size", f"{plan.batch_size!r}; use an int >= 1 (samples per step over all ranks)")
     names = [p.table.name for p in plan.placements]
@@ -147,20 +175,46 @@ def _check(plan):
         for s in p.shards:
             if not 0 <= s.rank < W or s.home not in HOMES or not 0 <= s.cols[0] < s.cols[1] <= p.table.dim:
                 fail(where, f"{s} needs a rank in [0, {W}), a home in {HOMES} and columns within [0, {p.table.dim})")
-        ranks = [s.rank for s in p.shards]
-        cols = sorted(s.cols for s in p.shards)
-        whole = all(c == (0, p.table.dim) for c in cols)
-        if p.kind == "column" and (cols[0][0] != 0 or cols[-1][1] != p.table.dim
-                                   or any(a[1] != b[0] for a, b in zip(cols, cols[1:]))):
-            fail(where, f"column ranges {cols} must tile [0, {p.table.dim}) exactly")
-        if p.kind != "column" and not whole:
-            fail(where, f"a {p.kind}-wise shard holds every column; got {cols}")
-        if p.kind in ("row", "data") and sorted(ranks) != list(range(W)):
-            fail(where, f"a {p.kind} placement has one shard on every rank; got ranks {ranks}")
-        residues = sorted(s.residue if isinstance(s.residue, int) else -1 for s in p.shards)
-        if p.kind == "row" and residues != list(range(W)):
-            fail(where, f"row-wise residues must be 0..{W - 1}, one per shard")
-        if p.kind == "table" and len(p.shards) != 1:
-            fail(where, f"a table-wise placement has one shard; got {len(p.shards)}")
-        if p.kind == "column" and len(set(ranks)) != len(ranks):
-            fail(where, f"column shards go to distinct ranks; got {ranks}")
+        _check_kind(plan, p, where)
+
+
+def _check_kind(plan, p, where):
+    """Raise ValueError unless placement ``p``'s shards are what its kind lays out."""
+    W = plan.world_size
+    ranks = [s.rank for s in p.shards]
+    ranges = sorted({tuple(s.cols) for s in p.shards})
+    if p.kind in ("column", "grid") and (ranges[0][0] != 0 or ranges[-1][1] != p.table.dim
+                                         or any(a[1] != b[0] for a, b in zip(ranges, ranges[1:]))):
+        fail(where, f"column ranges {ranges} must tile [0, {p.table.dim}) exactly")
+    if p.kind not in ("column", "grid") and ranges != [(0, p.table.dim)]:
+        fail(where, f"a {p.kind}-wise shard holds every column; got {ranges}")
+    if p.kind in ("row", "data") and sorted(ranks) != list(range(W)):
+        fail(where, f"a {p.kind} placement has one shard on every rank; got ranks {ranks}")
+    if p.kind == "table" and len(p.shards) != 1:
+        fail(where, f"a table-wise placement has one shard; got {len(p.shards)}")
+    if len(set(ranks)) != len(ranks):
+        fail(where, f"a {p.kind} placement's shards go to distinct ranks; got {ranks}")
+    by_range = [[s for s in p.shards if tuple(s.cols) == c] for c in ranges]
+    if p.kind == "row" and sorted(_residue(s) for s in p.shards) != list(range(W)):
+        fail(where, f"row-wise residues must be 0..{W - 1}, one per shard")
+    if p.kind == "column" and any(len(shards) != 1 for shards in by_range):
+        fail(where, "a column-wise placement has one shard per column range; for row shards of each use 'grid'")
+    if p.kind in HOST_KINDS:
+        _check_hosts(plan, p, where, by_range)
+
+
+def _residue(shard):
+    return shard.residue if isinstance(shard.residue, int) else -1
+
+
+def _check_hosts(plan, p, where, by_range):
+    """A table_row or grid placement: each column range row-wise over every rank of one host."""
+    W, L = plan.world_size, plan.local_ranks
+    if not isinstance(L, int) or L < 1 or W % L:
+        fail(where, f"a {p.kind} placement needs the plan's local_ranks, ranks a host, dividing the {W} ranks; "
+                    f"got {L!r}")
+    for shards in by_range:
+        hosts = sorted({s.rank // L for s in shards})
+        if len(hosts) != 1 or len(shards) != L or sorted(_residue(s) for s in shards) != list(range(L)):
+            fail(where, f"columns {shards[0].cols} are row-wise over ranks {[s.rank for s in shards]}; a {p.kind} "
+                        f"placement spreads each column range over the {L} ranks of one host, residues 0..{L - 1}")

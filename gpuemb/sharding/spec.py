@@ -14,7 +14,7 @@ from gpuemb import optim
 from gpuemb.autograd.checks import check_int, fail
 
 POOLINGS = ("sum", "mean", None)
-SHARDINGS = ("auto", "table", "row", "column", "data")
+SHARDINGS = ("auto", "table", "row", "column", "data", "table_row", "grid")
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,8 @@ class TableSpec:
     ``lookups_per_sample``: keys per sample (1 for one-hot, the mean bag size for multi-hot); ``pooling``: how a
     sample's rows are combined ("sum", "mean"; None returns one row per key); ``rule``: the row update rule's class
     name, which sets the row width; ``sharding``: "auto" lets the planner choose, or one of table, row, column,
-    data.
+    data, table_row (row-wise over one host's ranks) or grid (column shards over the hosts, each row-wise over
+    its host's ranks; ``sharding/hierarchical.py``).
     """
     name: str
     rows: int

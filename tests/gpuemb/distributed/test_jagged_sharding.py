@@ -56,7 +56,7 @@ def test_bag_route_and_arrived_bags_match_a_loop_over_every_bag(rng):
     table_of = np.array([0, 1, 2, 1, 3])  # b serves two features
     owner = lambda t, k: plan.owner_of(CONFIGS[t].name, k)  # noqa: E731
     batches = [local_bags(random_jagged(rng, 5, B, weighted=True), 5, False, None, "sum") for _ in range(W)]
-    routes = [BagRoute(bags, table_of, streams, groups, W, owner) for bags in batches]
+    routes = [BagRoute(bags, table_of, streams, groups, W) for bags in batches]
     sent = []  # per requester: (dest, stream, pos, keys, weights) of every entry, in the order it must be sent
     for bags, route in zip(batches, routes):
         starts = np.cumsum(bags.lengths.ravel()) - bags.lengths.ravel()

@@ -41,7 +41,7 @@ def test_route_and_arrivals_match_a_loop_over_every_key(rng):
     B, F = 7, 5
     batches = [rng.integers(0, 50, (B, F)) for _ in range(W)]
     owner = lambda t, k: plan.owner_of(CONFIGS[t].name, k)  # noqa: E731
-    routes = [Route(k, table_of, streams, groups, W, owner) for k in batches]
+    routes = [Route(k, table_of, streams, groups, W) for k in batches]
     # the requester: every (position, stream) once, sorted by destination then stream, batch order within
     for keys, route in zip(batches, routes):
         want = sorted(((owner(st.table, keys[b, f:f + 1])[0] if st.kind == "row" else st.rank, s, b * F + f)

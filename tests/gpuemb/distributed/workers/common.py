@@ -65,10 +65,10 @@ def check_rows(tables, shards, the_plan, rank, tol):
         table = tables[name]
         keys, rows, steps = map(np.concatenate, zip(*table.export()))
         rows = table.format.unpack(rows)  # float16 tables: float32 working rows
-        if shard.kind == "row":
-            keep = the_plan.owner_of(name, keys) == rank
+        if shard.kind in ("row", "table_row", "grid"):  # a grid: the owner of each column range
+            keep = (the_plan.owner_of(name, keys).reshape(keys.size, -1) == rank).any(axis=1)
             keys, rows, steps = keys[keep], rows[keep], steps[keep]
-        if shard.kind == "column":
+        if tuple(shard.cols) != (0, table.config.dim):
             dim = table.config.dim
             layout = {p: [s.start, s.stop] for p, s in optim.row_layout(table.rule, dim).items()}
             rows = shard_rows(rows, layout, dim, shard.cols, table.rule)

@@ -1,0 +1,81 @@
+"""The 2-D placements, hosts as the second axis (ZionEX/Neo's hierarchical sharding, TorchRec's table-row-wise and
+grid): ``table_row`` spreads a table's rows over the ranks of one host, the tables over the hosts; ``grid`` splits
+a table's columns over the hosts and spreads each column range's rows over its host's ranks.
+
+A host holds ranks ``[h·L, (h + 1)·L)`` of ``L = local_ranks``. Row shards within a host keep a lookup's keys and
+rows on the host's fast links where a requester is on it, and a table's memory is split ``L`` ways without every
+rank of the world taking part in its all-to-all.
+
+Costs: a column range row-wise over ``L`` ranks costs what a row-wise table of those ranks costs, a share ``1/L``
+of the keys each (``host_placement_costs``), so a planner weighs these kinds with the same model as the others.
+"""
+from .cost import RankCost, placement_costs
+from .plan import HOST_KINDS, Placement, Plan, Shard
+from .spec import RankBudget
+
+
+def check_hosts(world_size, local_ranks, owner="local_ranks"):
+    """The number of hosts; ValueError, one line, where ``local_ranks`` does not divide ``world_size``."""
+    if not isinstance(local_ranks, int) or isinstance(local_ranks, bool) or local_ranks < 1 \
+            or world_size % local_ranks:
+        raise ValueError(f"{owner}: {local_ranks!r} ranks a host do not divide the {world_size} ranks; give the "
+                         f"ranks of one host, a divisor of {world_size}")
+    return world_size // local_ranks
+
+
+def column_split(dim, n, name="table"):
+    """``n`` column ranges tiling ``[0, dim)`` that differ in width by at most one column."""
+    if n > dim:
+        raise ValueError(f"grid: table {name!r} of dim {dim} cannot split its columns over {n} hosts; give it a dim "
+                         f">= {n}, fewer hosts (more local ranks), or shard it table_row")
+    edges = [dim * i // n for i in range(n + 1)]
+    return list(zip(edges, edges[1:]))
+
+
+def _row_shards(spec, host, local_ranks, cols):
+    first = host * local_ranks
+    return [Shard(first + i, -(-spec.rows // local_ranks), cols, residue=i) for i in range(local_ranks)]
+
+
+def table_row_placement(spec, host, local_ranks, reason=""):
+    """``spec``'s rows over the ``local_ranks`` ranks of host ``host``."""
+    shards = _row_shards(spec, host, local_ranks, (0, spec.dim))
+    return Placement(spec, "table_row", tuple(shards), reason or f"row-wise over host {host}'s {local_ranks} ranks")
+
+
+def grid_placement(spec, world_size, local_ranks, reason=""):
+    """``spec``'s columns over the hosts, each column range's rows over its host's ranks."""
+    hosts = check_hosts(world_size, local_ranks)
+    shards = [s for h, cols in enumerate(column_split(spec.dim, hosts, spec.name))
+              for s in _row_shards(spec, h, local_ranks, cols)]
+    return Placement(spec, "grid", tuple(shards),
+                     reason or f"{hosts} column ranges over the hosts, each row-wise over its {local_ranks} ranks")
+
+
+def host_placement_costs(placement, world_size, batch_size, codec):
+    """The ``RankCost`` per rank (a list of ``world_size``) of a ``table_row`` or ``grid`` placement: the sum over
+    its column ranges of a row-wise table of that range's ranks."""
+    totals = [RankCost() for _ in range(world_size)]
+    for cols in sorted({s.cols for s in placement.shards}):
+        part = Placement(placement.table, "row", tuple(s for s in placement.shards if s.cols == cols))
+        totals = [t + c for t, c in zip(totals, placement_costs(part, world_size, batch_size, codec))]
+    return totals
+
+
+def plan_hosts(specs, world_size, local_ranks, kind, batch_size=65536, codec="fp32", device_bytes=16 << 30):
+    """A ``Plan`` of every table in ``specs`` placed ``kind`` (``table_row`` or ``grid``) over ``world_size`` ranks
+    of ``local_ranks`` a host. Table-row-wise, the tables go largest first to the host with the fewest bytes of
+    rows so far."""
+    if kind not in HOST_KINDS:
+        raise ValueError(f"plan_hosts: kind={kind!r}; use one of {', '.join(HOST_KINDS)}")
+    hosts = check_hosts(world_size, local_ranks)
+    placements, load = {}, [0] * hosts
+    for spec in sorted(specs, key=lambda s: -s.rows * s.row_width() * s.itemsize):
+        if kind == "grid":
+            placements[spec.name] = grid_placement(spec, world_size, local_ranks)
+            continue
+        host = min(range(hosts), key=lambda h: (load[h], h))
+        load[host] += spec.rows * spec.row_width() * spec.itemsize
+        placements[spec.name] = table_row_placement(spec, host, local_ranks)
+    return Plan((RankBudget(device_bytes),) * world_size, tuple(placements[s.name] for s in specs), batch_size,
+                codec, local_ranks)
