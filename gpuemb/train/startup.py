@@ -25,6 +25,7 @@ def startup_lines(run):
     resumed = f", resumed at step {run.step}" if run.step else ""
     lines.append(f"training: {run.total_steps} steps of {run.batch_size} samples, {o.optimizer} lr {o.lr:g}, rows "
                  f"{o.embedding_optimizer} lr {o.embedding_lr:g}{resumed}")
+    lines.append(run.memory()["line"])
     return lines
 
 

@@ -8,6 +8,7 @@ from gpuemb.train import Reporter, Run, TrainConfig, train
 from gpuemb.train.footprint import layer_widths
 from gpuemb.train.metrics_log import read_metrics
 from gpuemb.train.plot import plot_metrics
+from gpuemb.train.startup import startup_lines
 
 TINY = dict(model_args={"top": [16], "bottom": [8]}, embedding_dim=4, batch_size=64, eval_rows=500, progress=False,
             steps=6, log_every=2, eval_every=6, seed=1)  # the one eval after the last train record
@@ -82,6 +83,7 @@ def test_the_run_says_what_its_tables_and_activations_take(tmp_path):
     run = Run(TrainConfig.from_dict(TINY | HOST))
     try:
         memory = run.memory()
+        assert memory["line"] in startup_lines(run)  # the run's first lines say it
     finally:
         run.close()
     widths = [13, 26 * 4, 8, 4, 16, 1]  # dense input, 26 features of D=4 side by side, bottom to D, top, logit
