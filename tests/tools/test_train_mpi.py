@@ -106,3 +106,31 @@ def test_an_error_on_one_rank_ends_every_rank_at_once(launch):
     assert "error (rank 0 of 2): DeviceTier" in out.stderr and "do not fit in cache_rows=100" in out.stderr
     assert "stopped by the error above; aborting every rank" in out.stderr
     assert "did not complete within" not in out.stderr, out.stderr  # no rank timed out
+
+
+TINY = ["--deterministic", "--batch-size", "32", "--embedding-dim", "8", "--steps", "2", "--log-every", "1",
+        "--eval-every", "1", "--eval-rows", "72", "--no-progress", "--tables", "per-feature", "--model-arg",
+        "bottom=[16]", "--model-arg", "top=[32, 16]"]
+SAME = ("kind", "step", "loss", "auc", "log_loss", "accuracy")
+
+
+@pytest.mark.parametrize("sharding, extra", [("table_row", []), ("grid", ["--embedding-optimizer", "adagrad"])])
+def test_four_ranks_as_two_hosts_train_the_same_bits_as_one_process(sharding, extra, rng, tmp_path, mpi_run):
+    """Table-row-wise and grid (rowwise_adagrad's column shards add their sums in rank order, so the grid runs
+    Adagrad) under --deterministic: 4 ranks declared as 2 hosts of 2 give one process's losses and eval metrics."""
+    args = [*TINY, *extra, "--sharding", sharding, "--seed", str(rng.integers(1 << 20))]
+    runs = []
+    for n, env in ((1, {}), (4, {"GPUEMB_LOCAL_RANKS": "2"})):
+        out = mpi_run(n, TRAIN, *args, "--metrics-out", tmp_path / f"{n}.jsonl", timeout_s=300,
+                      GPUEMB_COMM_TIMEOUT="60", **env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        runs.append([{k: r[k] for k in SAME if k in r} for r in map(json.loads, (tmp_path / f"{n}.jsonl").open())])
+    assert [r["kind"] for r in runs[0]] == ["train", "eval"] * 2 and runs[1] == runs[0]
+
+
+def test_a_host_layout_that_does_not_divide_the_ranks_exits_2_with_one_line_per_rank(mpi_run):
+    out = mpi_run(2, TRAIN, "--steps", "2", *SHORT, "--sharding", "table_row", timeout_s=300,
+                  GPUEMB_COMM_TIMEOUT="60", GPUEMB_LOCAL_RANKS="3")
+    assert out.returncode == 2, out.stdout + out.stderr
+    says = "--sharding table_row: GPUEMB_LOCAL_RANKS: 3 ranks a host do not divide the 2 ranks"
+    assert out.stderr.count(says) == 2 and out.stderr.count("\n") <= 2, out.stderr
