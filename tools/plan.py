@@ -4,14 +4,22 @@ step's activations on a rank.
     python tools/plan.py --preset criteo-1tb --world-size 8 --device-gb 80
     python tools/plan.py --preset criteo-1tb --world-size 8 --device-gb 10 --host-gb 200 --codec int8
     python tools/plan.py --config tables.json --world-size 4 --device-gb 40 --json plan.json
+    python tools/plan.py --preset criteo-kaggle --world-size 4 --device-gb 8 --link ib100 --skew 1.05 --hot-rows
+    python tools/plan.py --plan plan.json --link ib400 --sample data/train --profile h200
+
+With ``--link`` the report adds each rank's estimated step (``gpuemb.sharding.estimate``): compute on a device
+``--profile``, communication over the link, both under the key skew of ``--skew`` (a Zipf exponent for every table)
+or ``--sample`` (measured per table from shard rows); ``--hot-rows`` adds the step with each table's hottest rows
+replicated on every rank, an estimate only (the plan does not hold them).
 
 A ``--config`` file is JSON: a list of tables, or ``{"tables": [...]}``, each with the fields of
 ``gpuemb.sharding.TableSpec`` (``name``, ``rows``, ``dim``, and optionally ``lookups_per_sample``, ``pooling``,
 ``dtype``, ``rule``, ``sharding``). Sizes are decimal GB. The activations are an estimate
 (``gpuemb.sharding.cost.activation_bytes``, which a training run prints too): a rank's batch times the widths of a
 sample's activations (the tables' rows side by side, one per lookup where a table does not pool, and the dense
-layers of ``--layers``), float32, kept from the forward and matched by gradients in the backward. Exit status: 0 with a plan; 1 when no plan fits (the
-line says what to change); 2 on bad flags or a bad config file (one line).
+layers of ``--layers``), float32, kept from the forward and matched by gradients in the backward. Exit status: 0
+with a plan; 1 when no plan fits (the line says what to change); 2 on bad flags, a bad config, plan or sample file,
+or a plan for another world size (one line).
 """
 import argparse
 import json
@@ -27,11 +35,20 @@ if __name__ == "__main__":  # before the heavy imports, so that an error or a Ct
     import _entry
     _entry.guard()
 
+from gpuemb.comm.link import CHOICES as LINKS, parse_link  # noqa: E402
 from gpuemb.sharding.cost import CODEC_BYTES, activation_bytes, human_bytes  # noqa: E402
+from gpuemb.sharding.estimate import estimate_step  # noqa: E402
+from gpuemb.sharding.hot import choose_hot_rows  # noqa: E402
+from gpuemb.sharding.plan import Plan  # noqa: E402
 from gpuemb.sharding.planner import PlanError, plan_tables  # noqa: E402
+from gpuemb.sharding.profile import PROFILES  # noqa: E402
 from gpuemb.sharding.presets import PRESETS, preset_tables  # noqa: E402
 from gpuemb.sharding.report import format_report  # noqa: E402
+from gpuemb.sharding.sample import sample_skews  # noqa: E402
+from gpuemb.sharding.skew import KeySkew  # noqa: E402
 from gpuemb.sharding.spec import RankBudget, TableSpec  # noqa: E402
+
+DEFAULT_WORLD = 8
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -44,7 +61,10 @@ def parse_args(argv):
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--preset", choices=sorted(PRESETS), help="a built-in list of tables")
     source.add_argument("--config", metavar="FILE.json", help="tables from a JSON file")
-    p.add_argument("--world-size", type=int, default=8, help="ranks (default 8)")
+    source.add_argument("--plan", metavar="PLAN.json", help="a plan written by --json, to report and estimate "
+                        "again (its tables, ranks and budgets; the planning flags do not apply)")
+    p.add_argument("--world-size", type=int, help=f"ranks (default {DEFAULT_WORLD}; with --plan, checked against "
+                   "the plan's)")
     p.add_argument("--device-gb", type=float, default=80.0, help="device memory per rank for tables (default 80)")
     p.add_argument("--host-gb", type=float, default=0.0, help="host memory per rank for table rows (default 0)")
     p.add_argument("--ssd-gb", type=float, default=0.0, help="ssd space per rank (default 0)")
@@ -61,16 +81,49 @@ def parse_args(argv):
                    help="the dense layers' output widths, all MLPs in order (e.g. 512,256,128,1024,1024,512,256,1), "
                         "for the activation estimate (default: the tables' rows alone)")
     p.add_argument("--json", metavar="OUT", help="also write the plan as JSON to OUT")
+    est = p.add_argument_group("step-time estimate")
+    est.add_argument("--link", metavar="LINK", help="estimate each rank's step over this link between ranks, as "
+                     f"tools/train.py --link models it: {', '.join(LINKS)} (default: no estimate)")
+    est.add_argument("--profile", choices=sorted(PROFILES), default="h200",
+                     help="the device's gather and row-update speeds (gpuemb/sharding/profile.py; default h200)")
+    skew = est.add_mutually_exclusive_group()
+    skew.add_argument("--skew", type=float, metavar="ALPHA", help="the Zipf exponent of every table's keys (0: "
+                      "uniform; the synthetic data's is 1.05; default: no skew, the cost model's bounds)")
+    skew.add_argument("--sample", metavar="DATA", help="measure each table's key skew from HDF5 shards (a shard or "
+                      "a folder), its sparse column of the table's name")
+    est.add_argument("--sample-rows", type=int, default=100_000, help="rows --sample reads (default 100000)")
+    est.add_argument("--hot-rows", action="store_true",
+                     help="also estimate the step with each skewed table's hottest rows replicated on every rank "
+                          "(HugeCTR's hybrid embedding; an estimate only, the plan does not hold them)")
+    est.add_argument("--dense-bytes", type=int, default=0,
+                     help="the dense layers' gradient bytes allreduced a step, for the estimate (default 0)")
     args = p.parse_args(argv)
-    if args.world_size < 1:
+    if args.link is not None:
+        try:
+            args.link = parse_link(args.link, "--link")
+        except ValueError as e:
+            p.error(str(e))
+        if args.link is None:
+            p.error("--link none gives nothing to estimate; name a link, or leave the flag out")
+    elif args.skew is not None or args.sample or args.hot_rows or args.dense_bytes:
+        p.error("--skew, --sample, --hot-rows and --dense-bytes shape the estimate; give --link too")
+    if args.skew is not None and not (args.skew >= 0 and math.isfinite(args.skew)):
+        p.error(f"--skew must be a finite Zipf exponent >= 0, got {args.skew}")
+    if args.sample_rows < 1 or args.dense_bytes < 0:
+        p.error("--sample-rows must be at least 1 and --dense-bytes at least 0")
+    if args.plan and args.world_size is None:
+        args.world_size = 0  # the plan's, checked once it is read
+    elif args.world_size is None:
+        args.world_size = DEFAULT_WORLD
+    elif args.world_size < 1:
         p.error(f"--world-size must be at least 1, got {args.world_size}")
     if not args.device_gb > 0:
         p.error(f"--device-gb must be positive, got {args.device_gb}")
     for name in ("host_gb", "ssd_gb"):
         if not getattr(args, name) >= 0:
             p.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
-    if args.config and any(v is not None for v in (args.dim, args.dtype, args.rule)):
-        p.error("--dim, --dtype and --rule shape a --preset; a --config file gives each table's own")
+    if not args.preset and any(v is not None for v in (args.dim, args.dtype, args.rule)):
+        p.error("--dim, --dtype and --rule shape a --preset; a --config or --plan file gives each table's own")
     try:
         args.layers = [int(w) for w in args.layers.split(",") if w.strip()]
     except ValueError:
@@ -104,25 +157,59 @@ def load_tables(path):
                          "dtype, rule, sharding") from e
 
 
+def load_plan(path, world_size):
+    """The Plan that ``--json`` wrote to ``path``, refused in one line when it is for another ``world_size`` (0:
+    any)."""
+    with open(path) as f:
+        plan = Plan.from_json(f.read())
+    if world_size and plan.world_size != world_size:
+        raise ValueError(f"--plan {path} is for {plan.world_size} ranks, not --world-size {world_size}; plan again "
+                         "for the world you run in")
+    return plan
+
+
+def estimate_lines(args, plan):
+    """The report's estimate: the step per rank under the skew asked for, and with hot rows if asked."""
+    tables = [p.table for p in plan.placements]
+    if args.sample:
+        skews = sample_skews(args.sample, tables, args.sample_rows)
+    elif args.skew is not None:
+        skews = {t.name: KeySkew(args.skew, source="--skew") for t in tables}
+    else:
+        skews = {}
+    profile = PROFILES[args.profile]
+    est = estimate_step(plan, args.link, profile, skews, dense_bytes=args.dense_bytes)
+    hot = None
+    if args.hot_rows:
+        hot = estimate_step(plan, args.link, profile, skews, choose_hot_rows(plan, skews), args.dense_bytes)
+    return est, hot
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        if args.config:
-            tables = load_tables(args.config)
+        if args.plan:
+            plan = load_plan(args.plan, args.world_size)
+            tables = [p.table for p in plan.placements]
         else:
-            shape = {k: v for k, v in (("dim", args.dim), ("dtype", args.dtype), ("rule", args.rule)) if v is not None}
-            tables = preset_tables(args.preset, **shape)
-        budget = RankBudget(int(args.device_gb * 1e9), int(args.host_gb * 1e9), int(args.ssd_gb * 1e9))
-        plan = plan_tables(tables, [budget] * args.world_size, args.batch_size, args.codec, args.dp_max_bytes,
-                           args.cache_fraction)
+            if args.config:
+                tables = load_tables(args.config)
+            else:
+                shape = {k: v for k, v in (("dim", args.dim), ("dtype", args.dtype), ("rule", args.rule))
+                         if v is not None}
+                tables = preset_tables(args.preset, **shape)
+            budget = RankBudget(int(args.device_gb * 1e9), int(args.host_gb * 1e9), int(args.ssd_gb * 1e9))
+            plan = plan_tables(tables, [budget] * args.world_size, args.batch_size, args.codec, args.dp_max_bytes,
+                               args.cache_fraction)
+        est, hot = estimate_lines(args, plan) if args.link else (None, None)
     except PlanError as e:
         print(f"plan.py: {e}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as e:
         print(f"plan.py: {e}", file=sys.stderr)
         return 2
-    print(format_report(plan))
-    print(activations_line(tables, args.layers, args.batch_size, args.world_size))
+    print(format_report(plan, est, hot))
+    print(activations_line(tables, args.layers, plan.batch_size, plan.world_size))
     if args.json:
         try:
             with open(args.json, "w") as f:

@@ -2,6 +2,8 @@
 
 Load is ``RankCost.load``, the bytes a rank moves per step (store lookups and the bytes it sends); the imbalance
 ratio is max / mean over ranks, 1.0 when perfectly balanced. Memory is in decimal GB, traffic in MB per step.
+Given a ``StepEstimate`` (``estimate.py``), the report adds each rank's estimated step in ms (compute,
+communication, total) and its imbalance; given one with hot rows replicated too, the hot sets and that step beside.
 """
 from .cost import rank_costs
 
@@ -38,8 +40,35 @@ def rank_rows(plan):
     return rows
 
 
-def format_report(plan):
-    """The plan as text: a table per rank, the imbalance ratios, and a line per table."""
+def _ms(seconds):
+    return f"{seconds * 1e3:.3f}"
+
+
+def estimate_lines(est, title):
+    """The lines of a ``StepEstimate``: per rank, compute, communication and total ms, and what they come from."""
+    lines = [title, "per rank: ms a step; bytes in MB"]
+    lines += _table(["rank", "compute", "comm", "total", "gathered", "updated", "on link", "messages"],
+                    [[r, _ms(t.compute_s), _ms(t.comm_s), _ms(t.total_s), f"{t.gather_bytes / 1e6:.1f}",
+                      f"{t.update_bytes / 1e6:.1f}", f"{t.link_bytes / 1e6:.2f}", t.messages]
+                     for r, t in enumerate(est.ranks)])
+    return lines + [f"step {_ms(est.step_s)} ms (the slowest rank); imbalance (max/mean) of the ranks' time "
+                    f"{est.imbalance:.2f}"]
+
+
+def hot_lines(hot, est):
+    """The hot sets replicated in ``est`` (``{table: HotRows}``), one line a table, and a summary."""
+    if not hot:
+        return ["hot rows: none worth replicating (no table's rows are looked up often enough, or no device "
+                "memory is left on some rank)"]
+    lines = _table(["table", "hot rows", "share", "memory MB", "allreduce MB"],
+                   [[h.table, h.rows, f"{h.share:.3f}", f"{h.memory / 1e6:.2f}", f"{h.allreduce / 1e6:.3f}"]
+                    for h in hot.values()])
+    return lines + [f"with these hot rows replicated: step {_ms(est.step_s)} ms, imbalance {est.imbalance:.2f}"]
+
+
+def format_report(plan, estimate=None, hot_estimate=None):
+    """The plan as text: a table per rank, the imbalance ratios, and a line per table; with ``estimate`` (a
+    ``StepEstimate``), each rank's estimated step; with ``hot_estimate`` (one with hot rows), the hot sets."""
     costs = rank_costs(plan)
     W, B = plan.world_size, plan.batch_size
     lines = [f"sharding plan: {len(plan.placements)} tables on {W} ranks, batch {B} ({B / W:g} a rank), "
@@ -53,4 +82,14 @@ def format_report(plan):
                       "+".join(sorted({s.home for s in p.shards})),
                       sum(s.cache_rows for s in p.shards) or "-", p.reason] for p in plan.placements],
                     left=(0, 3, 4, 5, 7))
+    if estimate is not None:
+        lines += [""] + estimate_lines(estimate, f"estimated step over {estimate.link.name} on "
+                                                 f"{estimate.profile.name} ({_skew_words(estimate)}):")
+    if hot_estimate is not None:
+        lines += ["", "hot rows replicated on every rank (estimated only: the plan and the runtime do not hold "
+                      "them):"] + hot_lines(hot_estimate.hot, hot_estimate)
     return "\n".join(lines)
+
+
+def _skew_words(est):
+    return est.skew_note or "no key skew given"

@@ -51,7 +51,7 @@ def test_no_fit_is_one_line_and_exit_1():
 
 
 @pytest.mark.parametrize("args,message", [
-    ([], "one of the arguments --preset --config is required"),
+    ([], "one of the arguments --preset --config --plan is required"),
     (["--preset", "avazu"], "invalid choice: 'avazu'"),
     (["--preset", "criteo-1tb", "--config", "t.json"], "not allowed with argument"),
     (["--preset", "criteo-1tb", "--device-gb", "-1"], "--device-gb must be positive, got -1.0"),
@@ -61,6 +61,11 @@ def test_no_fit_is_one_line_and_exit_1():
     (["--preset", "criteo-1tb", "--batch-size", "4"], "batch_size=4; use an int >= the 8 ranks"),
     (["--config", "t.json", "--dim", "64"], "--dim, --dtype and --rule shape a --preset"),
     (["--config", "missing.json"], "No such file or directory: 'missing.json'"),
+    (["--preset", "criteo-1tb", "--link", "ib50"], "--link 'ib50' is not a link; use one of none, ib100"),
+    (["--preset", "criteo-1tb", "--skew", "1.05"], "give --link too"),
+    (["--preset", "criteo-1tb", "--link", "ib100", "--skew", "-1"], "--skew must be a finite Zipf exponent"),
+    (["--preset", "criteo-1tb", "--link", "ib100", "--profile", "a100"], "invalid choice: 'a100'"),
+    (["--preset", "criteo-1tb", "--link", "ib100", "--skew", "1", "--sample", "d"], "not allowed with argument"),
 ])
 def test_bad_flags(tool, capsys, args, message):
     try:
@@ -101,3 +106,27 @@ def test_the_activations_are_the_estimate_of_a_rank_s_batch(tool, capsys, tmp_pa
     with pytest.raises(SystemExit) as bad:
         tool.main(args + ["--layers", "8,x"])
     assert bad.value.code == 2 and "--layers 8,x: want widths as integers" in capsys.readouterr().err
+
+
+def test_estimate_columns_and_hot_rows(tool, capsys):
+    args = ["--preset", "criteo-kaggle", "--world-size", "2", "--device-gb", "16", "--link", "ib100", "--skew",
+            "1.05", "--hot-rows"]
+    assert tool.main(args) == 0
+    out = capsys.readouterr().out
+    assert "estimated step over ib100 on h200 (key skew of 26 of 26 tables: Zipf alpha 1.05, --skew):" in out
+    assert re.search(r"^rank +compute +comm +total +gathered +updated +on link +messages$", out, re.M)
+    assert len(re.findall(r"^[01] +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +\d+$", out, re.M)) == 2
+    assert "imbalance (max/mean) of the ranks' time" in out and "estimated only" in out
+    assert re.search(r"^C3 +\d+ +0\.\d+ ", out, re.M) and "with these hot rows replicated: step" in out
+
+
+def test_a_saved_plan_for_another_world_is_one_line(tool, capsys, tmp_path):
+    path = tmp_path / "plan.json"
+    assert tool.main(["--preset", "criteo-kaggle", "--world-size", "2", "--device-gb", "16", "--json",
+                      str(path)]) == 0
+    capsys.readouterr()
+    assert tool.main(["--plan", str(path), "--link", "nvlink4"]) == 0
+    assert "estimated step over nvlink4" in capsys.readouterr().out
+    assert tool.main(["--plan", str(path), "--world-size", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"plan.py: --plan {path} is for 2 ranks, not --world-size 4; plan again for the world you run in\n"

@@ -36,3 +36,26 @@ def test_report_shows_each_rank_and_table():
     for p in plan.placements:
         assert re.search(rf"^{p.table.name} +{p.table.rows} +{p.table.dim} +{p.kind} ", text, re.M)
         assert p.reason in text
+
+
+def test_report_adds_the_estimate_and_hot_rows():
+    from gpuemb.comm.link import PRESETS
+    from gpuemb.sharding.estimate import estimate_step
+    from gpuemb.sharding.hot import choose_hot_rows
+    from gpuemb.sharding.profile import PROFILES
+    from gpuemb.sharding.skew import KeySkew
+    plan = plan_tables([TableSpec("user", 3_000_000, 64), TableSpec("item", 200_000, 64)],
+                       [RankBudget(2 * 10 ** 9)] * 2, batch_size=4096)
+    skews = {"user": KeySkew(1.05), "item": KeySkew(1.05)}
+    est = estimate_step(plan, PRESETS["ib100"], PROFILES["h200"], skews)
+    with_hot = estimate_step(plan, PRESETS["ib100"], PROFILES["h200"], skews, choose_hot_rows(plan, skews))
+    text = format_report(plan, est, with_hot)
+    assert "estimated step over ib100 on h200 (key skew of 2 of 2 tables: Zipf alpha 1.05, given):" in text
+    rows = re.findall(r"^(\d) +([\d.]+) +([\d.]+) +([\d.]+) +[\d.]+ +[\d.]+ +[\d.]+ +\d+$", text, re.M)
+    assert [int(r[0]) for r in rows] == [0, 1]
+    for (_, compute, comm, total), r in zip(rows, est.ranks):
+        assert (float(compute), float(comm), float(total)) == pytest.approx(
+            (r.compute_s * 1e3, r.comm_s * 1e3, r.total_s * 1e3), abs=6e-4)
+    assert f"imbalance (max/mean) of the ranks' time {est.imbalance:.2f}" in text
+    assert "hot rows replicated on every rank (estimated only" in text and re.search(r"^user +\d+ +0\.\d{3} ", text,
+                                                                                      re.M)

@@ -1,0 +1,94 @@
+"""The step-time estimate: hand-computed on two tables of two ranks, skew on a row-wise table, and bad input."""
+import pytest
+
+from gpuemb.comm.link import Link
+from gpuemb.sharding.estimate import estimate_step
+from gpuemb.sharding.hot import HotRows
+from gpuemb.sharding.plan import Placement, Plan, Shard
+from gpuemb.sharding.profile import DeviceProfile
+from gpuemb.sharding.skew import KeySkew
+from gpuemb.sharding.spec import RankBudget, TableSpec
+
+LINK = Link("test", 1e-6, 1e9)  # 1 us a message, 1 GB/s
+PROFILE = DeviceProfile("test", 1e9, 1e8)  # gathers at 1 GB/s, updates at 0.1 GB/s
+FREE_LINK = Link("free", 0.0, 1e300)
+GATHER_ONLY = DeviceProfile("gather", 1e9, 1e300)
+
+
+def two_tables():
+    """Tables a and b (1000 rows of dim 4, SGD: 16-byte rows, one unpooled lookup a sample), table-wise on ranks 0
+    and 1, a global batch of 8."""
+    a, b = (TableSpec(n, 1000, 4, pooling=None, rule="SGDRule") for n in "ab")
+    return Plan((RankBudget(10 ** 9),) * 2, (Placement(a, "table", (Shard(0, 1000, (0, 4)),)),
+                                            Placement(b, "table", (Shard(1, 1000, (0, 4)),))), 8, "fp32")
+
+
+def test_two_tables_by_hand():
+    est = estimate_step(two_tables(), LINK, PROFILE)
+    for r in est.ranks:
+        # its table's 8 lookups a step: 8 vectors of 16 B gathered; 8 unique rows read and written, 2 x 16 B each
+        assert (r.gather_bytes, r.update_bytes) == (128, 256)
+        assert r.compute_s == pytest.approx(128 / 1e9 + 256 / 1e8, rel=1e-12)
+        # per collective (messages, bytes) plus the header's (1, 80): key counts (1, 2 streams x 8), keys (1, 4 x 8),
+        # rows (1, 4 x 16), gradients (1, 4 x 16), the loss's allreduce (2, 8)
+        assert (r.messages, r.link_bytes) == (2 + 2 + 2 + 2 + 3, 96 + 112 + 144 + 144 + 88)
+        assert r.comm_s == pytest.approx(11e-6 + 584 / 1e9, rel=1e-12)
+        assert r.sent == {"a2a_keys": 48, "a2a_fwd": 64, "a2a_bwd": 64, "loss": 8}
+        assert r.total_s == r.compute_s + r.comm_s
+    assert est.imbalance == 1.0 and est.step_s == est.ranks[0].total_s
+
+
+def test_one_rank_puts_nothing_on_the_link():
+    spec = TableSpec("a", 1000, 4, rule="SGDRule")
+    plan = Plan((RankBudget(10 ** 9),), (Placement(spec, "table", (Shard(0, 1000, (0, 4)),)),), 8, "fp32")
+    r = estimate_step(plan, LINK, PROFILE, dense_bytes=10 ** 6).ranks[0]
+    assert (r.messages, r.link_bytes, r.comm_s) == (0, 0, 0) and r.compute_s > 0
+
+
+def row_wise(rows=4, W=2):
+    spec = TableSpec("t", rows, 4, pooling=None, rule="SGDRule")
+    shards = tuple(Shard(r, rows // W, (0, 4), residue=r) for r in range(W))
+    return Plan((RankBudget(10 ** 9),) * W, (Placement(spec, "row", shards),), 8 * W, "fp32")
+
+
+def test_skew_puts_the_hottest_key_owner_over_the_mean():
+    # Zipf 1 over 4 keys: shares 12, 6, 4, 3 out of 25, round-robin on 2 ranks: 16/25 and 9/25 of the lookups
+    skewed = estimate_step(row_wise(), FREE_LINK, GATHER_ONLY, {"t": KeySkew(1.0)})
+    assert [r.gather_bytes for r in skewed.ranks] == pytest.approx([2 * 8 * 16 * 16 / 25, 2 * 8 * 16 * 9 / 25])
+    assert skewed.imbalance == pytest.approx(2 * 16 / 25)
+    even = estimate_step(row_wise(), FREE_LINK, GATHER_ONLY, {"t": KeySkew(0.0)})
+    assert even.imbalance == pytest.approx(1.0)
+    # the owner of the hot key sends the rows of the other rank's 8 x 16/25 lookups, and its keys of the other
+    # rank's 9/25 (after the one stream's count)
+    hot_owner = skewed.ranks[0].sent
+    assert hot_owner["a2a_fwd"] == pytest.approx(8 * 16 / 25 * 16)
+    assert hot_owner["a2a_keys"] == pytest.approx(8 + 8 * 9 / 25 * 8)
+
+
+def test_table_wise_is_unequal_by_table():
+    # the same two tables, one skewed: it touches fewer unique rows, so its owner updates less
+    est = estimate_step(two_tables(), FREE_LINK, PROFILE, {"a": KeySkew(2.0)})
+    assert est.ranks[0].update_bytes < est.ranks[1].update_bytes == 256
+    assert est.ranks[0].update_bytes == pytest.approx(KeySkew(2.0).unique_rows(8, 1000) * 32)
+
+
+def test_hot_rows_move_their_lookups_off_the_link():
+    hot = {"a": HotRows("a", 2, 0.75, 0, 0)}  # the 2 hottest rows, 3/4 of the lookups, replicated
+    est = estimate_step(two_tables(), LINK, PROFILE, {"a": KeySkew(1.0)}, hot)
+    plain = estimate_step(two_tables(), LINK, PROFILE, {"a": KeySkew(1.0)})
+    assert est.ranks[1].sent["a2a_keys"] - 16 == pytest.approx(4 * 8 * 0.25 + 0) and \
+        plain.ranks[1].sent["a2a_keys"] - 16 == 4 * 8
+    assert est.ranks[0].sent["a2a_fwd"] == pytest.approx(4 * 0.25 * 16)
+    assert est.ranks[0].sent["hot_allreduce"] == est.ranks[1].sent["hot_allreduce"] == 2 * 4 * 4  # 2(W-1)/W x h x d x 4
+    assert est.ranks[1].gather_bytes == pytest.approx(128 + 4 * 0.75 * 16)  # b's 8, then its own hot lookups of a
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"skews": {"nope": KeySkew(1.0)}}, "skews name tables the plan does not have (nope); it has a, b"),
+    ({"hot": {"c": HotRows("c", 1, 0.1, 0, 0)}}, "hot name tables the plan does not have (c)"),
+    ({"dense_bytes": -1}, "dense_bytes=-1; use bytes >= 0"),
+])
+def test_bad_input_is_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=r"^estimate_step: ") as e:
+        estimate_step(two_tables(), LINK, PROFILE, **kwargs)
+    assert message in str(e.value) and "\n" not in str(e.value)
