@@ -76,6 +76,10 @@ SIGNATURES = {
         "void(int64[::1], int32[::1], int64[::1], int64[::1], int64[::1])"],
     "gpuemb.store.key_index_kernels._mark_new_kernel": ["void(int32[::1], int64[::1], boolean[::1])"],
     "gpuemb.store.key_index_kernels._rehash_kernel": ["void(int64[::1], int32[::1], int64[::1], int32[::1])"],
+    # stochastic float16 rounding of the weight columns of float32 working rows (store.rounding): column slices
+    "gpuemb.store.rounding._round_kernel": _each(
+        "void(uint32[:, :], uint64[::1], {t}[::1], uint64, uint64, int64, int64, int64, uint16[:, :])", "int32",
+        "int64"),
     # float16 tables update float32 working rows (store.row_format)
     "gpuemb.optim.rowwise_kernels._begin_rows_kernel": _each(
         "void({t}[:, ::1], int32[::1], boolean, int64[::1], {t}[:, ::1], int64, float64[::1])", "float32", "float64"),
