@@ -35,8 +35,11 @@ def guarded(process, timeout=60):
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads a process's signal handlers from /proc")
 @pytest.mark.parametrize("tool, args", [("export.py", ["ckpt", "--out", "b"]),  # heavy imports at module level
                                         ("train.py", ["--steps", "1"])])  # inside main
-def test_a_ctrl_c_while_the_imports_load_is_one_line(tool, args):
-    process = start(tool, *args)
+def test_a_ctrl_c_while_the_imports_load_is_one_line(tool, args, tmp_path):
+    # a numpy that takes a minute to import holds the tool inside its heavy imports, however fast the machine
+    (tmp_path / "numpy").mkdir()
+    (tmp_path / "numpy" / "__init__.py").write_text("import time\ntime.sleep(60)\n")
+    process = start(tool, *args, env={"PYTHONPATH": str(tmp_path)})
     guarded(process)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)
