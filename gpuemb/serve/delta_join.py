@@ -12,6 +12,8 @@ kind, weight columns and whole dim (``gpuemb/train/deltas.py``, as a sharded sna
   drops agree): the shards' deltas hold the same keys, and a key's changed row is their columns side by side.
   Shards that disagree (a key changed in one but not another) cannot be joined without the other's columns, and
   are refused.
+- table-row-wise and grid (2-D): the shards of each column range (one range for table-row-wise, one a host for a
+  grid) are joined by rows, as row-wise ones, and the ranges then side by side, as column-wise ones.
 
 A delta of any number of ranks joins into the same whole tables, so a bundle follows a run across its resumes at
 other world sizes.
@@ -20,7 +22,8 @@ import numpy as np
 
 from .errors import BundleError
 
-KINDS = ("table", "row", "column", "data")
+KINDS = ("table", "row", "column", "data", "table_row", "grid")
+WHOLE = ("table", "data")  # kinds whose table is whole in one file
 
 
 def _whole(snap):
@@ -80,38 +83,45 @@ def _rows(part, info):
 
 
 def _join(name, pieces, dim):
-    """One table's change from its shards' ``pieces`` ``[(SnapshotTable, info)]``."""
+    """One table's change from its shards' ``pieces`` ``[(SnapshotTable, info)]``: the shards of each column range
+    (one range but for column and grid shards) joined by rows, then the ranges side by side."""
     path, kinds = pieces[0][0].path, sorted({info["kind"] for _, info in pieces})
     if any(info["dim"] != dim for _, info in pieces):
         raise BundleError(f"{path}: table {name!r} has dim {pieces[0][1]['dim']}, the bundle's {dim}; follow the run "
                           "the bundle was exported from")
-    if len(pieces) > 1 and kinds not in (["row"], ["column"]):
-        raise BundleError(f"{path}: table {name!r} is in {len(pieces)} of the delta's files as {kinds}; a table "
-                          "split over ranks is split by rows or by columns, so the delta is damaged")
+    if len(kinds) > 1 or (kinds[0] in WHOLE and len(pieces) > 1):
+        raise BundleError(f"{path}: table {name!r} is in {len(pieces)} of the delta's files as {kinds}; a table is "
+                          "split one way, and a whole one is in one file, so the delta is damaged")
     deleted = np.unique(np.concatenate([part.extra("deleted") for part, _ in pieces] + [np.zeros(0, np.int64)]))
-    if kinds == ["column"]:
-        return (*_columns(name, pieces, dim), deleted)
-    rows = [_rows(part, info) for part, info in pieces]
+    ranges = {}
+    for part, info in pieces:
+        ranges.setdefault(tuple(info["cols"]), []).append((part, info))
+    joined = [(cols, *_by_rows(name, group)) for cols, group in sorted(ranges.items())]
+    return (*_by_columns(name, path, joined, dim), deleted)
+
+
+def _by_rows(name, group):
+    """``(keys, weights)`` of the shards of one column range: each key lives on one of them, so their union."""
+    rows = [_rows(part, info) for part, info in group]
     keys, weights = np.concatenate([k for k, _ in rows]), np.concatenate([w for _, w in rows])
     if np.unique(keys).size != keys.size:
-        raise BundleError(f"{path}: table {name!r} has keys changed by two row shards, which hold each key on one "
-                          "rank; the delta's files are of different runs or damaged")
-    return keys, weights, deleted
+        raise BundleError(f"{group[0][0].path}: table {name!r} has keys changed by two row shards, which hold each "
+                          "key on one rank; the delta's files are of different runs or damaged")
+    order = np.argsort(keys, kind="stable")
+    return keys[order], weights[order]
 
 
-def _columns(name, pieces, dim):
-    """``(keys, weights [n, dim])`` of a column-wise table: its shards' columns side by side, key by key."""
-    pieces = sorted(pieces, key=lambda p: p[1]["cols"][0])
-    edges = [c for _, info in pieces for c in info["cols"]]
+def _by_columns(name, path, joined, dim):
+    """``(keys, weights [n, dim])``: the column ranges' ``joined`` ``[(cols, keys, weights)]`` side by side, key by
+    key. Every range of a table changes the same keys (a lookup reaches each), so ranges that disagree are refused."""
+    edges = [c for cols, _, _ in joined for c in cols]
     if edges[0] != 0 or edges[-1] != dim or edges[1:-1:2] != edges[2::2]:
-        raise BundleError(f"{pieces[0][0].path}: the column shards of table {name!r} cover "
-                          f"{[info['cols'] for _, info in pieces]}, not the columns [0, {dim}) once; the delta's "
-                          "files are damaged")
-    rows = [_rows(part, info) for part, info in pieces]
-    keys = rows[0][0]
-    for (part, info), (k, _) in zip(pieces, rows):
+        raise BundleError(f"{path}: the column shards of table {name!r} cover {[list(c) for c, _, _ in joined]}, "
+                          f"not the columns [0, {dim}) once; the delta's files are damaged")
+    keys = joined[0][1]
+    for cols, k, _ in joined[1:]:
         if not np.array_equal(k, keys):
-            raise BundleError(f"{part.path}: the column shard {info['cols']} of table {name!r} changed other keys "
-                              f"than the shard {pieces[0][1]['cols']} ({k.size} against {keys.size}); the column "
-                              "shards of a table change the same keys, so the delta's files are of different runs")
-    return keys, np.concatenate([w for _, w in rows], axis=1)
+            raise BundleError(f"{path}: the column shard {list(cols)} of table {name!r} changed other keys than the "
+                              f"shard {list(joined[0][0])} ({k.size} against {keys.size}); the column shards of a "
+                              "table change the same keys, so the delta's files are of different runs")
+    return keys, np.concatenate([w for _, _, w in joined], axis=1)

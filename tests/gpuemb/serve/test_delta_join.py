@@ -56,3 +56,22 @@ def test_rank_files_that_do_not_fit_together_are_refused_in_one_line(case, says,
     with pytest.raises(BundleError) as e:
         join_tables([b, a] if case == "swapped" else [a, b], {"t": 8 if case == "dim" else 4})
     assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("kind", ["table_row", "grid"])
+def test_two_d_shards_join_by_rows_within_a_column_range_then_side_by_side(kind, tmp_path, rng):
+    """A table-row-wise table is one range over a host's ranks; a grid's column ranges are each over a host's."""
+    keys = np.array([2, 3, 7, 8, 11])
+    owner = np.array([0, 1, 1, 0, 1])  # the row shard of each key within its range
+    ranges = [(0, 4)] if kind == "table_row" else [(0, 1), (1, 4)]
+    files, want = [], []
+    for c, cols in enumerate(ranges):
+        got = [_shard(tmp_path / f"{c}{r}", 2 * c + r, kind, cols, keys[owner == r], rng, 2 * len(ranges))
+               for r in (0, 1) for _ in [(tmp_path / f"{c}{r}").mkdir()]]
+        files += [g[0] for g in got]
+        both = np.concatenate([g[1] for g in got])
+        want.append(np.concatenate([g[2] for g in got])[np.argsort(both)])
+    joined, weights, deleted = join_tables(files, {"t": 4})["t"]
+    np.testing.assert_array_equal(joined, np.sort(keys))
+    np.testing.assert_array_equal(weights, np.concatenate(want, axis=1))
+    assert deleted.size == 0
