@@ -1,6 +1,6 @@
 """The main job: train a recommendation model (DLRM by default) and evaluate it, from flags or a config file.
 
-    python tools/train.py                                   # DLRM, synthetic data: 252 s on a busy 2-core CPU
+    python tools/train.py                                   # DLRM, synthetic data: 45 s on a quiet 2-core CPU
     python tools/train.py --model dcn --steps 500
     python tools/train.py --data day_0.gz --format criteo --checkpoint-dir ckpt --checkpoint-every 1000
     python tools/train.py --checkpoint-dir ckpt --resume    # continue from ckpt/latest
