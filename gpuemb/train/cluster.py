@@ -68,7 +68,7 @@ class Cluster:
         kinds = Counter()
         for p in self.plan.placements:
             where = f"on rank {p.shards[0].rank}" if p.kind == "table" else f"over {len(p.shards)} ranks"
-            kinds[f"{p.kind}-wise {where}" if p.kind != "data" else "replicated"] += 1
+            kinds[f"{p.kind.replace('_', '-')}-wise {where}" if p.kind != "data" else "replicated"] += 1
         placed = ", ".join(f"{n} {k}" for k, n in kinds.items())
         return (f"{self.world_size} ranks ({self.comm.name}); all-to-alls {self.codecs.forward} forward, "
                 f"{self.codecs.backward} backward; tables: {placed}")

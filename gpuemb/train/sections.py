@@ -294,7 +294,9 @@ class DistributedSettings(Section):
     comm_codec_backward: str = setting(None, "the wire format of the backward all-to-all of their gradients "
                                        "(default: --comm-codec)", choices=CODECS, resumable=True)
     sharding: str = setting("auto", "how tables are placed on the ranks: auto (the planner), or every table table-, "
-                            "row- or column-wise", choices=RUN_SHARDINGS, resumable=True)
+                            "row- or column-wise, table_row (its rows over one host's ranks) or grid (column ranges "
+                            "over hosts, rows over a host's ranks; hosts: GPUEMB_LOCAL_RANKS or the launcher's)",
+                            choices=RUN_SHARDINGS, resumable=True)
     link: str = setting("none", "model the link between ranks: each collective also waits out the time this link "
                         "would take (latency + bytes/bandwidth of its algorithm), and train records gain 'link' "
                         "(compute, communication and exposed seconds a step): none, ib100 (InfiniBand HDR100), "
