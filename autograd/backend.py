@@ -60,7 +60,8 @@ def _select(requested):
     if requested == "emulated":
         from . import emulated
         emulated.switch_on_simulator()  # raises DeviceUnavailableError when it is too late
-        return "emulated", emulated.cupy, "GPUEMB_DEVICE=emulated: NumPy behind CuPy's API, kernels in numba's simulator"
+        return ("emulated", emulated.cupy,
+                "GPUEMB_DEVICE=emulated: NumPy behind CuPy's API, kernels in numba's simulator")
     cupy_mod, why = _probe_cupy()
     if requested == "cuda":
         if cupy_mod is None:

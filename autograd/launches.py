@@ -39,8 +39,8 @@ PHASES = ("upload", "lookup", "interaction", "mlp_forward", "loss", "loss_backwa
 embeddings' lookups; ``interaction``, a model's head outside its MLPs (the feature interaction and the glue
 around it); ``mlp_forward``; ``loss``, the loss and the step's check of it; then the backward of each, where
 ``embedding_backward`` includes the rows' update; ``communication``, the dense gradients' allreduce over the ranks
-(the embeddings' all-to-alls are in their lookups and their backward); ``dense_optimizer``, the dense parameters' step; ``prefetch``,
-the next batch's rows moved ahead (on its worker's thread); ``other``, the rest."""
+(the embeddings' all-to-alls are in their lookups and their backward); ``dense_optimizer``, the dense parameters' step;
+``prefetch``, the next batch's rows moved ahead (on its worker's thread); ``other``, the rest."""
 BACKWARD = {"lookup": "embedding_backward", "interaction": "interaction_backward", "mlp_forward": "mlp_backward",
             "loss": "loss_backward"}
 """The phase a Function's backward counts in, by the phase it was applied in; any other runs in ``other``."""

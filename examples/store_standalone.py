@@ -73,7 +73,8 @@ def main():
     held_out = embeddings(rng.integers(0, 1000, (B, F)))
     print(f"loss {losses[0]:.4f} -> {np.mean(losses[-20:]):.4f}; rows against a NumPy row-wise Adagrad: max "
           f"|diff| {worst:.2e}; released {released} lookups; eval output recorded: {held_out.requires_grad}")
-    if worst > 1e-5 or not np.mean(losses[-20:]) < losses[0] or released != len(embeddings.stores) or held_out.requires_grad:
+    if (worst > 1e-5 or not np.mean(losses[-20:]) < losses[0] or released != len(embeddings.stores)
+            or held_out.requires_grad):
         print("store_standalone: FAILED", file=sys.stderr)
         return 1
     return 0

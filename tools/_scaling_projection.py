@@ -7,7 +7,8 @@ a DGX H100). With ``m = N / G`` nodes:
 
 - an all-to-all in which a rank sends ``S`` bytes, equal parts to its ``N − 1`` peers, sends ``G − 1`` of the parts
   over NVLink and ``N − G`` over InfiniBand, both at once, so the slower link bounds it:
-  ``t_a2a = max((G−1)·c·α_nv + S·(G−1)/(N−1)/β_nv, (N−G)·c·α_ib + S·(N−G)/(N−1)/β_ib)`` for ``c`` collectives;
+  ``t_a2a = max((G−1)·c·α_nv + S·(G−1)/(N−1)/β_nv, (N−G)·c·α_ib + S·(N−G)/(N−1)/β_ib)``
+  for ``c`` collectives;
 - an allreduce of ``n`` bytes is hierarchical, its phases one after the other: a ring reduce-scatter and allgather
   within the node, and a ring allreduce of each GPU's ``n/G`` share between the nodes:
   ``t_ar = c·2(G−1)·α_nv + 2(G−1)/G·n/β_nv + c·2(m−1)·α_ib + 2(m−1)/m·(n/G)/β_ib``;

@@ -170,7 +170,8 @@ def print_projection(args):
               f"{1e3 * p.allreduce_s:.3f} | {1e3 * p.no_overlap_s:.3f} | {1e3 * p.overlap_s:.3f} | "
               f"{MLPERF_BATCH / p.no_overlap_s:,.0f} | {MLPERF_BATCH / p.overlap_s:,.0f} |")
     print("compute = (65536/N)/R; a2a (and headers) = max((G-1)c·α_nv + S(G-1)/(N-1)/β_nv, (N-G)c·α_ib + "
-          "S(N-G)/(N-1)/β_ib); allreduce = c·2(G-1)α_nv + 2(G-1)/G·n/β_nv + c·2(m-1)α_ib + 2(m-1)/m·(n/G)/β_ib; G = 8 "
+          "S(N-G)/(N-1)/β_ib); allreduce = c·2(G-1)α_nv + 2(G-1)/G·n/β_nv + "
+          "c·2(m-1)α_ib + 2(m-1)/m·(n/G)/β_ib; G = 8 "
           "a node, m = N/G nodes, c collectives, S and n bytes a rank; no overlap = compute + a2a + headers + "
           "allreduce; perfect overlap = max(compute, a2a + headers + allreduce). A projection, not a measurement.")
 

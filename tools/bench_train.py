@@ -68,7 +68,8 @@ from gpuemb.train.data import DataSet
 from gpuemb.train.loop import Batches
 from gpuemb.train.run import Run
 
-PEERS = {"torchrec": "TorchRec {} (FBGEMM TBE)", "torch": "torch {}"}  # the peer columns (of the model), strongest first
+# the peer columns (of the model), strongest first
+PEERS = {"torchrec": "TorchRec {} (FBGEMM TBE)", "torch": "torch {}"}
 CACHE_FRACTION = 0.10  # the host store's device cache, as a share of all the rows of the tables
 # The ssd store's device and host caches, as shares of the keys the data touches (the module docstring says why)
 SSD_CACHE_FRACTION, SSD_HOST_CACHE_FRACTION = 0.10, 0.25
@@ -263,7 +264,8 @@ def bench(name, args, pipelines):
     for who in PEERS:  # not ``name``, the config's, which the rows and the result record
         if getattr(args, who):
             peers[who] = p = peer(who, bc, data, args)
-            print(f"  {PEERS[who].format(bc.model_name):<27}{p['samples_per_s']:>12,.0f} samples/s  ({p['step_ms']:.1f} ms a step, "
+            print(f"  {PEERS[who].format(bc.model_name):<27}{p['samples_per_s']:>12,.0f} samples/s  "
+                  f"({p['step_ms']:.1f} ms a step, "
                   f"loss {p['loss']:.4f})", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:

@@ -2,8 +2,8 @@
 
 ``torchrec.models.dlrm.DLRM`` (bottom MLP to the embedding dim, pairwise dot interaction, top MLP), or for
 DLRM-DCNv2 ``DLRM_DCN`` (its low-rank cross network in place of the dot interaction, as MLPerf's reference
-trains it), over a ``FusedEmbeddingBagCollection``: FBGEMM's CPU table-batched embedding, whose row optimizer runs inside the
-backward, as gpuemb's rows update themselves in theirs. The rows' rule matches gpuemb's: EXACT_SGD,
+trains it), over a ``FusedEmbeddingBagCollection``: FBGEMM's CPU table-batched embedding, whose row optimizer runs
+inside the backward, as gpuemb's rows update themselves in theirs. The rows' rule matches gpuemb's: EXACT_SGD,
 EXACT_ADAGRAD or EXACT_ROWWISE_ADAGRAD; the dense layers take torch's SGD or Adagrad. The batches are gpuemb's,
 turned into a KeyedJaggedTensor (each feature's ids a sample, its hotness, as one bag) inside the timed loop.
 

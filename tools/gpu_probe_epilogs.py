@@ -3,8 +3,8 @@
     GPUEMB_DEVICE=cuda python3 tools/gpu_probe_epilogs.py [--json FILE]
 
 The fused MLP's weight gradient ``gW = g.T @ x`` with its bias gradient ``gb = g.sum(0)`` can be one cuBLASLt call
-in several ways: BGRADB on ``gWᵀ = xᵀ @ g`` (what kernels/mlp.py asks first), or BGRADA on ``gW = gᵀ @ x``, with the
-operands row- or column-major. cuBLASLt documents no table of which it supports; it says so when planning
+in several ways: BGRADB on ``gWᵀ = xᵀ @ g`` (what kernels/mlp.py asks first), or BGRADA on ``gW = gᵀ @ x``,
+with the operands row- or column-major. cuBLASLt documents no table of which it supports; it says so when planning
 (CUBLAS_STATUS_NOT_SUPPORTED), and mlp.py then falls back to a plain matmul and a reduction. Each row here plans
 and runs one variant on random data and checks D and the bias gradient against NumPy in float64.
 """
@@ -45,7 +45,8 @@ def probe(batch, n_in, n_out, dtype, compute):
     gW, gb = gh.astype(np.float64).T @ xh.astype(np.float64), gh.astype(np.float64).sum(0)
     rows = []
     for name, epilog, a, b, out, transposed in variants(xp, backend.to_device(xh), backend.to_device(gh)):
-        options = nvmath.MatmulOptions(compute_type=None if compute is None else getattr(nvmath.MatmulComputeType, compute))
+        options = nvmath.MatmulOptions(
+            compute_type=None if compute is None else getattr(nvmath.MatmulComputeType, compute))
         try:
             d, aux = nvmath.matmul(a, b, epilog=getattr(nvmath.MatmulEpilog, epilog), options=options)
         except Exception as e:

@@ -75,8 +75,8 @@ def run_case(case, batch, steps, profile=0):
     loss = float(backend.to_host(loss)) if hasattr(loss, "shape") else float(loss)
     if not math.isfinite(loss):
         raise FloatingPointError(f"the loss is {loss}")
-    row = {"about": case.about, "first_step_s": round(first, 3), "ms_per_step": round(statistics.median(times) * 1e3, 3),
-           "readbacks_per_step": readbacks, "loss": loss}
+    row = {"about": case.about, "first_step_s": round(first, 3),
+           "ms_per_step": round(statistics.median(times) * 1e3, 3), "readbacks_per_step": readbacks, "loss": loss}
     if profiler:
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(profile)

@@ -28,8 +28,8 @@ class _Loss(Function):
 
 
 class BCEWithLogits(_Loss):
-    """``-(t·log σ(x) + (1−t)·log(1−σ(x)))`` written as ``max(x,0) − x·t + log1p(exp(−|x|))``, which is finite for
-    any logit. Targets are constants (in [0, 1]) and get no gradient."""
+    """``-(t·log σ(x) + (1−t)·log(1−σ(x)))`` written as ``max(x,0) − x·t + log1p(exp(−|x|))``,
+    which is finite for any logit. Targets are constants (in [0, 1]) and get no gradient."""
 
     def forward(self, x, t):
         self.check(x, t)

@@ -62,8 +62,8 @@ def parse_link(text, where="link"):
     try:
         return Link(text, float(latency) * 1e-6, float(bandwidth) * 1e9)
     except ValueError:
-        raise ValueError(f"{where} {text!r} is not a link; use one of {', '.join(CHOICES)} (latency in microseconds, bandwidth in "
-                         "GB/s each way, e.g. 1.5:25)") from None
+        raise ValueError(f"{where} {text!r} is not a link; use one of {', '.join(CHOICES)} "
+                         "(latency in microseconds, bandwidth in GB/s each way, e.g. 1.5:25)") from None
 
 
 def link_from_env():

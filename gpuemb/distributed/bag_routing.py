@@ -1,7 +1,8 @@
 """Where each bag goes and where each pooled row comes back: the bookkeeping of the all-to-all for pooled features.
 
 The entries of the exchange are bags, not keys. A bag of a table- or column-wise stream is one entry, to the
-stream's rank. A bag of a keyed stream (row-wise, table-row-wise, a grid's column range) is one entry to each rank that owns a key of it: its sub-bag of the keys
+stream's rank. A bag of a keyed stream (row-wise, table-row-wise, a grid's column range) is one entry to each rank
+that owns a key of it: its sub-bag of the keys
 that rank owns (never empty; a bag with no key sends nothing), so each owner returns one partial row per sub-bag
 it got and the requester combines a bag's partials (``row_partials.py``). Entries are sorted as ``Route`` sorts
 keys: by destination, then stream, batch order within. No bag index travels: the partials come back in the order

@@ -3,7 +3,8 @@ communicator by a ``Plan`` (docs/distributed.md).
 
 A drop-in for ``EmbeddingCollection``: ``forward(sparse) -> Tensor [B_local, F, D]`` (``[B_local, width]`` for
 tables of several dims) on each rank's own part of the batch, train and eval modes (eval lookups do not insert),
-rows updated in the backward by their tables' own rules. ``sparse`` is what ``EmbeddingCollection`` takes: ``[B, F]`` single keys (the plain exchange), or pooled
+rows updated in the backward by their tables' own rules. ``sparse`` is what ``EmbeddingCollection`` takes:
+``[B, F]`` single keys (the plain exchange), or pooled
 features (``[B, sum(hotness)]`` under fixed ``hotness``, ``JaggedFeatures``, ``(keys, offsets[, weights])``
 bags), pooled by ``mode`` (``pooled_exchange.py``). Every rank must call it (and the backward) the same number
 of times, in the same mode: each call is a set of collectives.

@@ -6,7 +6,8 @@
 
 Every form is a plain matmul giving ``h`` (``[B, 1]`` for vector, ``[B, D]`` otherwise), done by BLAS or cuBLAS
 through ``@`` (by cuBLASLt at a reduced compute precision: gemm.py), and one elementwise step, ``combine``:
-``x0 ⊙ (h + b) + x_l``, or ``x0 ⊙ h + b + x_l`` when the bias sits outside (vector). That step and its backward (``g_x0 = gy ⊙ (h + b)``, ``g_h = gy ⊙ x0``) are fused
+``x0 ⊙ (h + b) + x_l``, or ``x0 ⊙ h + b + x_l`` when the bias sits outside (vector). That step and its backward
+(``g_x0 = gy ⊙ (h + b)``, ``g_h = gy ⊙ x0``) are fused
 into one pass each:
 
 - ``combine_ref`` / ``combine_backward_ref``: NumPy;

@@ -9,8 +9,8 @@ hands it to the DRELU epilogue as it is.
 The dropout draw of element ``(r, c)`` is the Philox stream of (seed, step) at the flat index
 ``(row0 + r) * cols + c`` (see philox.py), kept when it is at least ``p * 2**32``: every step can be drawn again,
 the CPU and the GPU draw the same mask, and with ``row0`` the index of a rank's first row in the global batch, W
-ranks draw the masks one process draws. With ``p = 0``, or outside training, no draw is made and the op is exactly ReLU. With
-``relu=False`` the sign test is skipped and the op is plain dropout.
+ranks draw the masks one process draws. With ``p = 0``, or outside training, no draw is made and the op is exactly
+ReLU. With ``relu=False`` the sign test is skipped and the op is plain dropout.
 
 - ``relu_dropout_ref`` / ``relu_dropout_backward_ref``: the definition, in NumPy;
 - ``relu_dropout_cpu``: numba, parallel over chunks of rows: a row's Philox draws into a buffer, then each 32-bit

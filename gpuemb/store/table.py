@@ -4,8 +4,8 @@ A lookup takes the batch's unique keys, makes sure their rows are in the top lev
 keys with rows from the initializer, or bringing them up through the caches), gathers their weights ``[U, D]``
 and runs ``EmbeddingBagFunction`` on them with each key's position among the unique keys as its slot. So the
 backward's deterministic sort-based sum hands ``(unique positions, summed_row_grads)`` to ``_update``, which reads
-those full rows, runs the fused ``apply_rows`` (``update_rows``) with the table's rule and lr, and writes them back. Nothing
-table-sized is ever built, and the result does not depend on where the rows live: a tiered table trains bit for
+those full rows, runs the fused ``apply_rows`` (``update_rows``) with the table's rule and lr, and writes them back.
+Nothing table-sized is ever built, and the result does not depend on where the rows live: a tiered table trains bit for
 bit like a device one.
 
 Levels (``level.RowLevel``), top first: placement ``device`` is one ``HomeLevel`` (bounded by ``max_rows``,

@@ -76,7 +76,8 @@ class Tier:
         below the capacity by construction (it adds slabs before handing slots out), so no read checks them."""
         if rows.ndim != 1 or rows.dtype.kind not in "iu":
             raise ValueError(f"{self.name}.{op}: want 1-D integer row ids, got {rows.dtype} of shape {rows.shape}")
-        if not backend.is_device_array(rows) and rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self.capacity):
+        if (not backend.is_device_array(rows) and rows.size
+                and (int(rows.min()) < 0 or int(rows.max()) >= self.capacity)):
             raise IndexError(f"{self.name}.{op}: row ids span [{int(rows.min())}, {int(rows.max())}], outside the "
                              f"capacity of {self.capacity} rows ({self.capacity // self.slab_rows} slabs of "
                              f"{self.slab_rows}); take row ids from this tier's SlabAllocator")

@@ -46,7 +46,8 @@ class TrainConfig:
         # the combinations across sections; each section checked its own when it was made
         self.data.check_synthetic(self.data.synthetic and not (self.model.name == "mmoe" and self.data.source is None))
         o = self.optimization
-        if o.precision == "fp16" and self.distributed.sharding == "column" and o.embedding_optimizer == "rowwise_adagrad":
+        if (o.precision == "fp16" and self.distributed.sharding == "column"
+                and o.embedding_optimizer == "rowwise_adagrad"):
             raise ConfigError("--sharding: column shards under rowwise_adagrad exchange their squared-gradient sums "
                               "during the backward, which a loss-scaled fp16 step holds back; use --sharding row or "
                               "table, or another --embedding-optimizer")

@@ -48,6 +48,7 @@ def memory(model, tables, batch_size):
     acts = activation_bytes(batch_size, layer_widths(model))
     where = ", ".join(f"{human_bytes(n)} {WHERE[tier]}" for tier, n in by_tier.items() if n)
     line = (f"memory: tables {where or '0 B'}{' now, growing with the keys' if grows else ''}; activations "
-            f"{human_bytes(acts)} {'on the device' if backend.gpu_available() else 'in host memory'} (a batch of {batch_size}, forward and "
+            f"{human_bytes(acts)} {'on the device' if backend.gpu_available() else 'in host memory'} "
+            f"(a batch of {batch_size}, forward and "
             "backward, estimated)")
     return {"tables": by_tier, "tables_grow": grows, "activations": acts, "batch": batch_size, "line": line}

@@ -75,7 +75,8 @@ class Trainer:
             loss = bce_with_logits(logits, labels)
             # The step's one read from the device: the loss, and whether the last step left the dense parameters
             # finite (checked here rather than after that step's update, so a step waits for the device only once).
-            local, finite = backend.to_host(xp.stack([loss.data.astype(xp.float32), finite_flag(self.model, xp, self.optimizer)]))
+            local, finite = backend.to_host(xp.stack([loss.data.astype(xp.float32),
+                                                      finite_flag(self.model, xp, self.optimizer)]))
             value = self.cluster.mean(float(local))  # the global batch's: every rank agrees whether it is finite
             self._check(value, finite)
         self.optimizer.zero_grad()

@@ -174,7 +174,8 @@ class Run:
         """Whether the next step may prepare the batch after it: not past the end, and not across an evaluation
         or a checkpoint, which see the tables as a step leaves them."""
         after, c = self.step + 1, self.config
-        checkpoint = c.checkpoints.checkpoint_dir and c.checkpoints.checkpoint_every and after % c.checkpoints.checkpoint_every == 0
+        checkpoint = (c.checkpoints.checkpoint_dir and c.checkpoints.checkpoint_every
+                      and after % c.checkpoints.checkpoint_every == 0)
         delta = self.deltas is not None and self.deltas.due(after)  # a delta, too, sees the step's tables
         return after < self.total_steps and after % self.eval_every != 0 and not checkpoint and not delta
 
@@ -250,7 +251,8 @@ class Run:
         where = (f"the last good checkpoint is {self.last_checkpoint}: continue from it with the change and "
                  f"--resume {self.last_checkpoint}" if self.last_checkpoint else
                  "no checkpoint was written yet (--checkpoint-dir with --checkpoint-every keeps some)")
-        return (f"try a lower --lr (now {c.optimization.lr:g}) or --embedding-lr (now {c.optimization.embedding_lr:g}), or a warmup "
+        return (f"try a lower --lr (now {c.optimization.lr:g}) "
+                f"or --embedding-lr (now {c.optimization.embedding_lr:g}), or a warmup "
                 f"(--schedule warmup_poly --warmup-steps 200); {where}")
 
     # -- records ---------------------------------------------------------------------------------------------------

@@ -70,8 +70,8 @@ def test_the_loader_yields_each_rows_bags_feature_major_and_resumes_exactly(tmp_
     seen = []
     with ShardSource(tmp_path) as source:
         for rank in range(world_size):
-            config = LoaderConfig(batch_size=100, seed=5, shuffle_window=3, rank=rank, world_size=world_size, drop_last=False,
-                                  prefetch=2)
+            config = LoaderConfig(batch_size=100, seed=5, shuffle_window=3, rank=rank, world_size=world_size,
+                                  drop_last=False, prefetch=2)
             loader = Loader(source, config)
             batches = list(loader)
             for batch in batches:

@@ -339,9 +339,11 @@ def test_the_schema_comes_from_the_file_s_types(tmp_path, rng):
 @pytest.mark.parametrize("names, message", [
     ({"categorical": ["c_str", "nope"]}, r"categorical column 'nope' is not in the file; its columns: y \(double\), "
                                          r"d_f \(double\), d_i \(int32\), c_str \(string\)"),
-    ({"label": [], "dense": [], "categorical": []}, r"name the label column \(--label\) .* the file's columns: y \(double\)"),
+    ({"label": [], "dense": [], "categorical": []}, r"name the label column \(--label\) .* "
+                                                    r"the file's columns: y \(double\)"),
     ({"label": ["y"], "dense": [], "categorical": []}, "at least one dense or categorical column"),
-    ({"dense": [], "categorical": ["d_f"]}, r"column 'd_f' is double; a categorical column holds int or string ids \(or lists"),
+    ({"dense": [], "categorical": ["d_f"]}, r"column 'd_f' is double; a categorical column holds int or string ids "
+                                            r"\(or lists"),
     ({"label": ["tags"], "categorical": ["c_str"]}, "column 'tags' is list<element: int64>; a label column holds one "
                                                     "number a row"),
     ({"dense": ["words"], "categorical": []}, "column 'words' is large_list"),
@@ -385,5 +387,6 @@ def test_without_pyarrow_parquet_is_one_line_saying_how_to_install_it(tmp_path, 
                  or m in ("gpuemb.io.parquet_schema", "gpuemb.io.parquet", "gpuemb.io.arrow_columns")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "pyarrow", None)
-    with pytest.raises(DataError, match=r"needs pyarrow, which is not installed; install it with pip install -e '\.\[parquet\]'"):
+    with pytest.raises(DataError, match=r"needs pyarrow, which is not installed; "
+                                        r"install it with pip install -e '\.\[parquet\]'"):
         schema_for("parquet", [tmp_path / "x.parquet"], label=["y"], categorical=["c"])

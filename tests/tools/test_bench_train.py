@@ -169,7 +169,8 @@ def test_the_gemm_floor_times_each_matmul_of_a_step_once():
 
 def test_the_floor_tool_measures_this_machine_and_reads_a_bench_result(tmp_path):
     bench = {"settings": {"batch_size": 256}, "results": [{"config": "kaggle", "rows": [
-        {"store": "device", "pipeline": "off", "step_ms": 9.0}, {"store": "device", "pipeline": "on", "step_ms": 7.0}]}]}
+        {"store": "device", "pipeline": "off", "step_ms": 9.0},
+        {"store": "device", "pipeline": "on", "step_ms": 7.0}]}]}
     (tmp_path / "b.json").write_text(json.dumps(bench))
     out = tool("gpu_floor.py", "--config", "kaggle", "--batch-size", "256", "--quick", "--measured",
                str(tmp_path / "b.json"), "--json", str(tmp_path / "f.json"))

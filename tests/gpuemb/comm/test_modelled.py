@@ -59,7 +59,8 @@ def every_op(c, rng):
 def test_results_are_the_wrapped_local_backends(xp, rng):
     c = ModelledCommunicator(LocalCommunicator(), PRESETS["ib100"], ManualClock())
     x = xp.asarray(rng.standard_normal((6, 3)).astype(np.float32))
-    for ours, theirs in [(c.alltoallv(x, [6]), c.inner.alltoallv(x, [6])), (c.allreduce(x, "max"), c.inner.allreduce(x, "max")),
+    for ours, theirs in [(c.alltoallv(x, [6]), c.inner.alltoallv(x, [6])),
+                         (c.allreduce(x, "max"), c.inner.allreduce(x, "max")),
                          (c.reduce_scatter(x), c.inner.reduce_scatter(x)), (c.allgather(x), c.inner.allgather(x)),
                          (c.broadcast(x), c.inner.broadcast(x))]:
         for a, b in zip(ours, theirs) if isinstance(ours, tuple) else [(ours, theirs)]:

@@ -116,5 +116,6 @@ def test_an_unknown_precision_is_refused():
 def test_the_models_hand_their_precision_to_the_interaction(seen, rng, name):
     model = build(name, 3, TableConfig("t", 4), n_features=2)
     model.precision = "fp16"  # the model's own, as set_precision sets it; its MLPs stay fp32 on the CPU
-    model.head(rng.standard_normal((5, 3)).astype(np.float32), Tensor(rng.standard_normal((5, 2, 4)).astype(np.float32)))
+    model.head(rng.standard_normal((5, 3)).astype(np.float32),
+               Tensor(rng.standard_normal((5, 2, 4)).astype(np.float32)))
     assert seen and seen[0][1:] == ("float16", "float16")

@@ -31,7 +31,8 @@ def test_concatenating_models_take_tables_of_several_dims(name, rng):
                            for f, t in enumerate(model.embeddings.tables)], axis=1)
     np.testing.assert_array_equal(flat, want)  # each sample's rows side by side, table after table
     assert flat.shape == (B, sum(DIMS))
-    np.testing.assert_allclose(to_host(model(dense, sparse).data), to_host(model.head(dense, *model.embed(sparse)).data))
+    np.testing.assert_allclose(to_host(model(dense, sparse).data),
+                               to_host(model.head(dense, *model.embed(sparse)).data))
 
 
 def test_mixed_dims_pass_the_gradient_check(head_gradcheck, rng):

@@ -10,7 +10,8 @@ from gpuemb.train.errors import ConfigError
 
 def test_defaults_check_themselves_and_round_trip_through_a_dict():
     c = TrainConfig.of()
-    assert (c.model.name, c.store.placement, c.optimization.precision, c.model.tables) == ("dlrm", "device", "fp32", "shared")
+    assert (c.model.name, c.store.placement, c.optimization.precision, c.model.tables) == (
+        "dlrm", "device", "fp32", "shared")
     assert TrainConfig.from_dict(c.to_dict()) == c
     assert json.loads(json.dumps(c.to_dict())) == c.to_dict()  # a checkpoint records it as JSON
 
@@ -20,7 +21,8 @@ def test_a_toml_file_with_flag_style_keys_then_flags_on_top(tmp_path):
     path.write_text('model = "dcn"\nbatch-size = 512\nlr = 1\nembedding_lr = 0.05\nno-progress = true\n'
                     '[model_args]\nn_cross = 2\ndeep = [64, 32]\n')
     c = parse_config(["--config", str(path), "--batch-size", "256", "--model-arg", "rank=4"])
-    assert (c.model.name, c.optimization.batch_size, c.optimization.lr, c.optimization.embedding_lr, c.output.progress) == ("dcn", 256, 1.0, 0.05, False)
+    assert (c.model.name, c.optimization.batch_size, c.optimization.lr, c.optimization.embedding_lr,
+            c.output.progress) == ("dcn", 256, 1.0, 0.05, False)
     assert c.model.args == {"n_cross": 2, "deep": [64, 32], "rank": 4}  # the file's and the flag's, merged
     assert isinstance(c.optimization.lr, float)
 
@@ -96,7 +98,8 @@ def test_reduced_precision_is_refused_on_the_cpu_only():
 
 
 def test_embedding_dtype_takes_fp32_or_fp16():
-    assert TrainConfig.of().store.embedding_dtype == "fp32" and TrainConfig.of(embedding_dtype="fp16").store.embedding_dtype == "fp16"
+    assert (TrainConfig.of().store.embedding_dtype == "fp32"
+            and TrainConfig.of(embedding_dtype="fp16").store.embedding_dtype == "fp16")
     with pytest.raises(ConfigError, match="--embedding-dtype: 'bf16' is not one of fp32, fp16"):
         TrainConfig.of(embedding_dtype="bf16")
 

@@ -45,7 +45,8 @@ def both(tmp_path, **changes):
 
 
 @pytest.mark.parametrize("store", [{}, {"store": "host", "cache_rows": 3000}, {"tables": "per-feature"},
-                                   {"model": "deepfm", "model_args": {"deep": [16]}}], ids=["device", "host", "per-feature", "first-order"])
+                                   {"model": "deepfm", "model_args": {"deep": [16]}}],
+                         ids=["device", "host", "per-feature", "first-order"])
 def test_the_pipeline_changes_no_result(tmp_path, store):
     on, off = both(tmp_path, **store)
     assert on.arrays.keys() == off.arrays.keys() and len(on.arrays) > 10

@@ -13,21 +13,23 @@ def resolved(synthetic=True, **values):
 
 def test_a_model_without_a_recipe_gets_the_shared_defaults():
     c = resolved(model="dlrm")
-    assert (c.optimization.embedding_lr, c.optimization.embedding_init, c.optimization.embedding_init_scale, c.optimization.steps) == (
-        recipes.EMBEDDING_LR, "uniform", None, recipes.STEPS)
+    assert (c.optimization.embedding_lr, c.optimization.embedding_init, c.optimization.embedding_init_scale,
+            c.optimization.steps) == (recipes.EMBEDDING_LR, "uniform", None, recipes.STEPS)
 
 
 @pytest.mark.parametrize("model", ["deepfm", "xdeepfm"])
 def test_the_fm_models_start_from_small_rows_at_a_lower_lr(model):
     c = resolved(model=model)
-    assert (c.optimization.embedding_lr, c.optimization.embedding_init, c.optimization.embedding_init_scale) == (0.05, "normal", 0.01)
+    assert (c.optimization.embedding_lr, c.optimization.embedding_init, c.optimization.embedding_init_scale) == (
+        0.05, "normal", 0.01)
     assert c.optimization.embedding_lr < recipes.EMBEDDING_LR
 
 
 @pytest.mark.parametrize("model", ["dcn", "dlrm", "pnn"])
 def test_multi_hot_synthetic_data_starts_from_small_rows(model):
     c = resolved(model=model, preset="multihot")
-    assert (c.optimization.embedding_lr, c.optimization.embedding_init, c.optimization.embedding_init_scale) == (0.05, "normal", 0.01)
+    assert (c.optimization.embedding_lr, c.optimization.embedding_init, c.optimization.embedding_init_scale) == (
+        0.05, "normal", 0.01)
     assert resolved(model=model, preset="multihot", embedding_lr=0.2).optimization.embedding_lr == 0.2  # flags win
     assert resolved(synthetic=False, model=model, preset="multihot").optimization.embedding_lr == recipes.EMBEDDING_LR
     assert resolved(model="dcn", preset="multihot").optimization.steps == 2400
@@ -36,7 +38,8 @@ def test_multi_hot_synthetic_data_starts_from_small_rows(model):
 
 def test_flags_win_over_the_recipe():
     c = resolved(model="deepfm", embedding_lr=0.3, embedding_init="uniform", embedding_init_scale=0.5, steps=7)
-    assert (c.optimization.embedding_lr, c.optimization.embedding_init, c.optimization.embedding_init_scale, c.optimization.steps) == (0.3, "uniform", 0.5, 7)
+    assert (c.optimization.embedding_lr, c.optimization.embedding_init, c.optimization.embedding_init_scale,
+            c.optimization.steps) == (0.3, "uniform", 0.5, 7)
 
 
 def test_the_recipes_step_count_applies_to_synthetic_data_only():

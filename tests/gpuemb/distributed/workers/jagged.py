@@ -46,8 +46,8 @@ def jagged(rng, F, weighted, offset=0):
 
 def check_collection(kind, mode, weighted, c, rank, mine):
     W = c.world_size
-    rng = np.random.default_rng([SEED, ["table", "row", "column", "data"].index(kind), ["sum", "mean", "max"].index(mode),
-                                 int(weighted)])
+    rng = np.random.default_rng([SEED, ["table", "row", "column", "data"].index(kind),
+                                 ["sum", "mean", "max"].index(mode), int(weighted)])
     tables = configs()
     the_plan = plan_of(kind, W, tables)
     ref = EmbeddingCollection(tables, mode=mode)
