@@ -3,7 +3,10 @@ using.
 
 It sits beside the backend, below every package that launches kernels (optim, gpuemb.kernels, gpuemb.store).
 """
+import contextlib
+
 from numba import cuda
+from numba.core import event, sigutils
 
 from . import backend
 
@@ -25,25 +28,52 @@ UNPICKLABLE = "Cannot pickle CUDACodeLibrary"
 
 
 def uncached_where_unpicklable(dispatcher):
-    """``dispatcher``, compiling without its disk cache once the cache cannot hold a specialization.
+    """``dispatcher``, compiling without its disk cache once the cache cannot hold a specialization, and saying
+    when it really compiles.
 
     numba-cuda cannot write a kernel that links other files to its cache: a float16 specialization links CUDA's
     fp16 library, and saving it raised "Cannot pickle CUDACodeLibrary with linking files" after compiling, on the
-    first GPU run (docs/perf/README.md). That kernel then compiles once a process, as an uncached one would."""
+    first GPU run (docs/perf/README.md). That kernel then compiles once a process, as an uncached one would.
+
+    numba-cuda raises no event when it compiles a kernel (numba does, for its CPU functions), so a GPU's first step
+    spent half a minute compiling without a word. A compile that neither memory nor the disk cache can answer is
+    raised here as numba's own ``numba:compile`` event, which ``gpuemb.first_compile`` hears."""
     compile_ = getattr(dispatcher, "compile", None)
     if compile_ is None or not hasattr(dispatcher, "_cache"):  # the simulator's dispatcher has no disk cache
         return dispatcher
 
     def compile(sig):
-        try:
-            return compile_(sig)
-        except RuntimeError as e:
-            if UNPICKLABLE not in str(e):
-                raise
-            dispatcher._cache = _null_cache()
-            return compile_(sig)
+        heard = event.trigger_event(COMPILE_EVENT, data={"dispatcher": dispatcher, "args": sig, "return_type": None}) \
+            if _will_compile(dispatcher, sig) else contextlib.nullcontext()
+        with heard:
+            try:
+                return compile_(sig)
+            except RuntimeError as e:
+                if UNPICKLABLE not in str(e):
+                    raise
+                dispatcher._cache = _null_cache()
+                return compile_(sig)
     dispatcher.compile = compile
     return dispatcher
+
+
+COMPILE_EVENT = "numba:compile"
+
+
+def _will_compile(dispatcher, sig):
+    """Whether ``dispatcher.compile(sig)`` builds the kernel: it is neither in memory nor in the disk cache (a
+    first call per signature asks the cache once more, which costs milliseconds)."""
+    try:
+        argtypes, _ = sigutils.normalize_signature(sig)
+        if dispatcher.specialized or argtypes in dispatcher.overloads:
+            return False
+        configure = getattr(dispatcher, "_configure_cache_for_launch_config", None)
+        if configure is not None:  # the cache's key depends on the launch, as compile itself sets it first
+            from numba.cuda import launchconfig
+            configure(launchconfig.current_launch_config())
+        return dispatcher._cache.load_overload(sig, dispatcher.targetctx) is None
+    except Exception:  # another numba-cuda's internals, or a stand-in: stay silent rather than fail a launch
+        return False
 
 
 def _null_cache():

@@ -4,7 +4,8 @@ The CPU kernels are ``numba.njit(cache=True)``: the first run on a machine (or a
 kernel's file) compiles them for half a minute or more, and later runs load them from numba's disk cache in
 milliseconds. Rather than guess from the cache's files whether they are current (numba keys them by its
 version, the source file's stamp and the CPU), this listens to numba itself: it announces a compile only when
-numba's own cache missed. CUDA kernels compile without numba's event, so they go unannounced.
+numba's own cache missed. numba-cuda raises no such event for a CUDA kernel; ``autograd/launch.py`` raises
+numba's for it where neither memory nor the disk cache holds the kernel, so a GPU's first step is announced too.
 """
 import contextlib
 import time

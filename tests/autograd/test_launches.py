@@ -2,9 +2,11 @@
 following each Function's forward. Counted here by hand, so they run on every device; what the emulated device
 counts of itself is in tests/autograd/emulated/test_counts.py."""
 import threading
+import time
 
 import numpy as np
 import pytest
+from numba.core import types
 
 from gpuemb.autograd import Function, Tensor, launches
 
@@ -133,3 +135,29 @@ def test_other_compile_errors_are_raised():
     with pytest.raises(RuntimeError, match="a typing error"):
         d.compile("(int64[:],)")
     assert d._cache == "disk"
+
+
+class _Cached:
+    """A stand-in for numba-cuda's dispatcher with a disk cache that holds the kernel or not."""
+
+    def __init__(self, in_cache):
+        self.overloads, self.specialized, self.targetctx, self.compiled = {}, False, None, []
+        self._cache = type("Cache", (), {"load_overload": lambda _, sig, ctx: "kernel" if in_cache else None})()
+
+    def compile(self, sig):
+        self.compiled.append(sig)
+        time.sleep(0.01)
+        return f"kernel for {sig}"
+
+
+@pytest.mark.parametrize("in_cache", [False, True])
+def test_a_cuda_kernel_that_really_compiles_is_heard_as_numbas_compile(in_cache):
+    from gpuemb import first_compile
+    from gpuemb.autograd.launch import uncached_where_unpicklable
+    d = uncached_where_unpicklable(_Cached(in_cache))
+    said = []
+    sig = (types.float32[::1],)
+    with first_compile.watching(said.append, 30) as watch:
+        assert d.compile(sig) == f"kernel for {sig}" and d.compiled == [sig]
+    assert said == ([] if in_cache else ["compiling kernels on first use, about 30 s; cached for later runs"])
+    assert (watch.seconds >= 0.01) is not in_cache
