@@ -170,10 +170,12 @@ def placement_costs(placement, world_size, batch_size, codec):
 
 
 def rank_costs(plan):
-    """The summed ``RankCost`` of every placement of ``plan``, per rank."""
+    """The summed ``RankCost`` of every placement of ``plan``, per rank (a 2-D placement, ``table_row`` or
+    ``grid``, as the row-wise parts of its column ranges: ``hierarchical.host_placement_costs``)."""
+    from .hierarchical import HOST_KINDS, host_placement_costs  # it builds on this module's costs
     totals = [RankCost() for _ in range(plan.world_size)]
     for placement in plan.placements:
-        totals = [t + c for t, c in zip(totals, placement_costs(placement, plan.world_size, plan.batch_size,
-                                                                 plan.codec))]
+        costs = host_placement_costs if placement.kind in HOST_KINDS else placement_costs
+        totals = [t + c for t, c in zip(totals, costs(placement, plan.world_size, plan.batch_size, plan.codec))]
     return totals
 

@@ -132,3 +132,16 @@ def test_one_rank_sends_nothing_and_plan_costs_add_up(rng):
     assert rank_costs(plan)[1].shards == 2 and rank_costs(plan)[1].load == sum(
         p[1].lookup + p[1].a2a_fwd + p[1].a2a_bwd + p[1].allreduce for p in parts)
     assert optim.row_width(optim.SGDRule(), 8) * 4 == 32  # the row size the hand-worked numbers above assume
+
+
+@pytest.mark.parametrize("kind", ["table_row", "grid"])
+def test_a_plans_2d_placement_costs_its_column_ranges_as_row_wise_tables(kind):
+    from gpuemb.sharding.cost import rank_costs
+    from gpuemb.sharding.hierarchical import host_placement_costs, plan_hosts
+    plan = plan_hosts([TableSpec("a", 4000, 8, rule="SGDRule"), TableSpec("b", 2000, 8, rule="SGDRule")], 4, 2, kind,
+                      batch_size=256)
+    want = [RankCost() for _ in range(4)]
+    for p in plan.placements:
+        assert p.kind == kind
+        want = [w + c for w, c in zip(want, host_placement_costs(p, 4, 256, plan.codec))]
+    assert rank_costs(plan) == want and any(c.a2a_fwd for c in want)
