@@ -16,8 +16,16 @@ SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
 
 def start(tool, *args, env=None):
     env = {**os.environ, "GPUEMB_DEVICE": "cpu", **(env or {})}
+    # the tool gets SIGINT as a terminal's Ctrl-C would reach it, whatever the test process inherited or set: a job
+    # started in the background ignores SIGINT, and a child inherits that and the blocked signals, in which case
+    # Python installs no Ctrl-C handler (the full suite in CI once ran these tools deaf to it)
     return subprocess.Popen([sys.executable, str(TOOLS / tool), *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_hear_ctrl_c)
+
+
+def _hear_ctrl_c():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def guarded(process, timeout=60):
