@@ -63,6 +63,7 @@ import gemm_floor
 from gpuemb.autograd import backend, launches, transfers
 from gpuemb.io import synthetic
 from gpuemb.io.loader import Loader, LoaderConfig
+from gpuemb.kernels.mlp import PRECISIONS
 from gpuemb.train import TrainConfig
 from gpuemb.train.data import DataSet
 from gpuemb.train.loop import Batches
@@ -178,7 +179,7 @@ def train_config(bc, args, store, pipeline, batch_size, caches=None):
         batch_size=batch_size, optimizer=DENSE[args.optimizer], embedding_optimizer=args.optimizer, lr=args.lr,
         embedding_lr=args.lr, store=store, cache_rows=cache if store != "device" else 0,
         host_cache_rows=host_cache if store == "ssd" else 0, steps=args.warmup + args.steps + 1, progress=False,
-        pipeline=pipeline, seed=0))
+        pipeline=pipeline, seed=0, precision=args.precision))
 
 
 def ours(config, data, warmup, steps, profile=None):
@@ -230,7 +231,8 @@ def peer(name, bc, data, args):
                                                             args.lr, hot)
         else:
             rate, loss = bench_train_torch.samples_per_s(model, batches, args.warmup, args.steps, args.optimizer,
-                                                         args.lr, cuda=backend.DEVICE == "cuda")
+                                                         args.lr, cuda=backend.DEVICE == "cuda",
+                                                         precision=args.precision)
     return {"samples_per_s": rate, "step_ms": 1e3 * args.batch_size / rate, "loss": loss}
 
 
@@ -339,6 +341,9 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, help="every side's rows and dense layers (default: the config's, 0.01; "
                     "mlperf-dcnv2: 0.001)")
     ap.add_argument("--cap", type=int, help="rows per table at most (default: the config's)")
+    ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
+                    help="the dense layers' compute on a GPU, on every side (plain torch: TF32 matmuls for tf32, "
+                    "autocast for bf16 and fp16; default fp32)")
     ap.add_argument("--no-torchrec", dest="torchrec", action="store_false", help="skip the TorchRec peer")
     ap.add_argument("--no-torch", dest="torch", action="store_false", help="skip the plain PyTorch peer")
     ap.add_argument("--overhead", action="store_true", help="also bound the share of a step outside kernels/BLAS")
@@ -347,6 +352,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if any(v is not None and v < 1 for v in (args.batch_size, args.steps)) or (args.warmup or 0) < 0:
         ap.error("--batch-size and --steps must be >= 1, --warmup >= 0")
+    if args.precision != "fp32" and backend.DEVICE == "cpu":
+        ap.error(f"--precision {args.precision} runs on a GPU only; use --precision fp32 here")
     if args.torch and not bench_train_torch.available():
         print("torch does not import here: no plain torch column (install torch, or pass --no-torch)")
         args.torch = False

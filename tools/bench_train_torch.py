@@ -96,12 +96,16 @@ def dense_optimizer(optimizer, params, lr):
 
 
 def samples_per_s(model, batches, warmup, steps, optimizer="adagrad", lr=0.01, cuda=False, inputs=None,
-                  params=None):
+                  params=None, precision="fp32"):
     """Train ``model`` on ``warmup + steps`` batches of ``batches`` (an iterator of gpuemb ``Batch``, NumPy or
     CuPy arrays, taken through DLPack without a copy); returns (samples/s over the last ``steps``, their mean
     loss). ``cuda``: train on the GPU, where gpuemb trains. ``inputs(dense, sparse)``: the model's arguments
     (by default the two tensors), made inside the timed loop as a user's input pipeline would; ``params``: those
-    the dense optimizer steps (by default all: plain torch's sparse tables take its sparse gradients)."""
+    the dense optimizer steps (by default all: plain torch's sparse tables take its sparse gradients).
+    ``precision``: gpuemb's ``--precision`` as torch's users get it: TF32 matmuls for tf32, autocast for bf16 and
+    fp16 (the GPU only)."""
+    import contextlib
+
     import torch
 
     warnings.filterwarnings("ignore", "Sparse invariant checks")  # torch's note on every sparse Adagrad step
@@ -111,21 +115,28 @@ def samples_per_s(model, batches, warmup, steps, optimizer="adagrad", lr=0.01, c
     loss_fn = torch.nn.BCEWithLogitsLoss()
     sync = torch.cuda.synchronize if cuda else None
     losses, samples = [], 0
-    for i in range(warmup + steps):
-        if i == warmup:
-            if sync:
-                sync()
-            start = time.perf_counter()
-        batch = next(batches)
-        label, dense, sparse = (torch.from_dlpack(a).to(device) for a in batch.arrays())
-        logits = model(*(inputs(dense, sparse) if inputs else (dense, sparse)))
-        loss = loss_fn(logits.reshape(label.shape), label)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if i >= warmup:
-            losses.append(loss.item())
-            samples += batch.rows
-    if sync:
-        sync()
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision) if cuda else None
+    try:
+        for i in range(warmup + steps):
+            if i == warmup:
+                if sync:
+                    sync()
+                start = time.perf_counter()
+            batch = next(batches)
+            label, dense, sparse = (torch.from_dlpack(a).to(device) for a in batch.arrays())
+            with torch.autocast("cuda", half) if half else contextlib.nullcontext():
+                logits = model(*(inputs(dense, sparse) if inputs else (dense, sparse)))
+                loss = loss_fn(logits.reshape(label.shape).float(), label)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if i >= warmup:
+                losses.append(loss.item())
+                samples += batch.rows
+        if sync:
+            sync()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
     return samples / (time.perf_counter() - start), sum(losses) / len(losses)

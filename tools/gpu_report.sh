@@ -10,7 +10,8 @@
 # tools/gpu_probe_epilogs.py), steps (a few training steps of every model: tools/gpu_steps.py),
 # host (the host's cost of one launch, CuPy call, cuBLASLt execute and read back: tools/gpu_host_cost.py), tests
 # (the gpu-marked kernel and autograd tests), ops (tools/bench_ops.py), train (tools/bench_train.py, kaggle and
-# mlperf at batch 65536 beside the torch peer), floor (tools/gpu_floor.py at the same --cap) and suite (the rest
+# mlperf at batch 65536 beside the torch peer), precision (mlperf again in tf32 and in bf16, on both sides), floor
+# (tools/gpu_floor.py at the same --cap) and suite (the rest
 # of the gpu-marked tests: stores, models, training, serving; last, as it takes the longest).
 #
 # Each part has a time limit of its own, cut further so that the whole run ends by GPU_REPORT_DEADLINE seconds
@@ -22,7 +23,7 @@ usage() {
     echo "usage: tools/gpu_report.sh [--dry-run] [--only PART,...] OUTDIR; parts: $ALL_PARTS" >&2
     exit 2
 }
-ALL_PARTS="env epilogs steps host tests ops train floor suite"
+ALL_PARTS="env epilogs steps host tests ops train precision floor suite"
 DRY=0
 ONLY="$ALL_PARTS"
 while [ $# -gt 1 ]; do
@@ -89,7 +90,9 @@ if [ $DRY -eq 1 ]; then
     OPS=(--quick --filter "fused MLP")
     TRAIN=(--config kaggle --batch-size 16 --steps 1 --warmup 1 --cap 100 --stores device --pipeline on --no-torch)
     FLOOR=(--config kaggle --batch-size 16 --cap 100 --quick)
-    SUITE=(tests/gpuemb/metrics/test_metrics.py)
+    PRECISION=(--config kaggle --batch-size 16 --steps 1 --warmup 1 --cap 100 --stores device --pipeline on
+               --no-torch)
+    SUITE=(--jobs 2 tests/gpuemb/metrics/test_metrics.py tests/gpuemb/store/test_key_types.py)
 else
     export GPUEMB_DEVICE=cuda
     # the wheels the image lacks (tools/gpu_wheels.sh), into a scratch folder ahead of the image's packages
@@ -127,7 +130,9 @@ else
     TRAIN=(--config kaggle mlperf --batch-size 65536 --steps 8 --warmup 3 --cap 1000000 --stores device
            --pipeline on --no-torchrec)
     FLOOR=(--config mlperf --batch-size 65536 --cap 1000000)
-    SUITE=(tests --ignore=tests/gpuemb/kernels --ignore=tests/autograd)
+    PRECISION=(--config mlperf --batch-size 65536 --steps 8 --warmup 3 --cap 1000000 --stores device --pipeline on
+               --no-torchrec)
+    SUITE=(--jobs 8 --timeout 200 tests --ignore=tests/gpuemb/kernels --ignore=tests/autograd)
 fi
 
 part env 40 "$PY" -c "
@@ -148,11 +153,12 @@ part host 40 "$PY" tools/gpu_host_cost.py "${HOST[@]}" --json "$OUT/host-cost.js
 part tests 70 "$PY" -m pytest -m gpu -q -p no:cacheprovider --junitxml "$OUT/tests.xml" "${TESTS[@]}"
 part ops 60 "$PY" tools/bench_ops.py "${OPS[@]}" --json "$OUT/bench-ops.json"
 part train 90 "$PY" tools/bench_train.py "${TRAIN[@]}" --json "$OUT/bench-train.json"
+part precision 80 bash -c 'rc=0; for p in tf32 bf16; do "$0" tools/bench_train.py --precision $p "${@}" || rc=1; done
+    exit $rc' "$PY" "${PRECISION[@]}"
 part floor 25 "$PY" tools/gpu_floor.py "${FLOOR[@]}" --measured "$OUT/bench-train.json"
-# --maxfail: a CUDA error can poison the context for every later test (the H200's first run of this part failed
-# from one test on and was stopped at its limit before pytest wrote a word of why); stop early and say why.
-part suite 300 "$PY" -m pytest -m gpu -q -p no:cacheprovider --maxfail=5 --tb=short --junitxml "$OUT/suite.xml" \
-    "${SUITE[@]}"
+# a process per test file: a CUDA error can poison the context for every later test (the H200's first run of this
+# part failed from one test on and was stopped at its limit before pytest wrote a word of why)
+part suite 300 "$PY" tools/gpu_suite.py --json "$OUT/suite.json" "${SUITE[@]}"
 
 {
     echo

@@ -44,6 +44,10 @@ CASES = {
        for model in ("deepfm", "xdeepfm", "pnn", "wide_deep")},
     "dlrm-bf16": Case("DLRM, 26 features, a table each, --precision bf16",
                       {**DLRM, "tables": "per-feature", "precision": "bf16"}),
+    "dlrm-tf32": Case("DLRM, 26 features, a table each, --precision tf32",
+                      {**DLRM, "tables": "per-feature", "precision": "tf32"}),
+    "dcn-bf16": Case("DCN-v2, 26 features, a table each, --precision bf16 (the cross layers too)",
+                     {**DCN, "tables": "per-feature", "precision": "bf16"}),
 }
 
 
