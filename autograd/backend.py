@@ -124,6 +124,7 @@ def to_host(a):
     if is_device_array(a):
         if _REAL_GPU:
             transfers.to_host(a.nbytes)
+            transfers.sync()  # into pageable memory: the copy returns once the stream has run up to it
             launches.readback()
         return _cupy.asnumpy(a)
     return numpy.asarray(a)

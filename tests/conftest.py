@@ -92,6 +92,8 @@ def mpi_run():
     def run(n, script, *args, timeout_s=120, **env):
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_"))}
         environ.update({"GPUEMB_DEVICE": "cpu", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", **env})
+        # Open MPI's mpiexec (the GPU image's) refuses root without these; MPICH ignores them
+        environ.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         command = [sys.executable, str(script), *map(str, args)]
         return subprocess.run(([MPIEXEC, "-n", str(n)] if n > 1 else []) + command, capture_output=True,
                               text=True, timeout=timeout_s, env=environ, cwd=ROOT)

@@ -10,7 +10,8 @@
 # tools/gpu_probe_epilogs.py), steps (a few training steps of every model: tools/gpu_steps.py),
 # host (the host's cost of one launch, CuPy call, cuBLASLt execute and read back: tools/gpu_host_cost.py), tests
 # (the gpu-marked kernel and autograd tests), ops (tools/bench_ops.py), train (tools/bench_train.py, kaggle and
-# mlperf at batch 65536 beside the torch peer), precision (mlperf again in tf32 and in bf16, on both sides), floor
+# mlperf at batch 65536 beside the torch peer), precision (tools/gpu_precision_check.py: each precision's error and time
+# per GEMM; then mlperf again in tf32 and in bf16, on both sides), floor
 # (tools/gpu_floor.py at the same --cap) and suite (the rest
 # of the gpu-marked tests: stores, models, training, serving; last, as it takes the longest).
 #
@@ -153,8 +154,8 @@ part host 40 "$PY" tools/gpu_host_cost.py "${HOST[@]}" --json "$OUT/host-cost.js
 part tests 70 "$PY" -m pytest -m gpu -q -p no:cacheprovider --junitxml "$OUT/tests.xml" "${TESTS[@]}"
 part ops 60 "$PY" tools/bench_ops.py "${OPS[@]}" --json "$OUT/bench-ops.json"
 part train 90 "$PY" tools/bench_train.py "${TRAIN[@]}" --json "$OUT/bench-train.json"
-part precision 80 bash -c 'rc=0; for p in tf32 bf16; do "$0" tools/bench_train.py --precision $p "${@}" || rc=1; done
-    exit $rc' "$PY" "${PRECISION[@]}"
+part precision 110 bash -c 'rc=0; "$0" tools/gpu_precision_check.py || rc=1
+    for p in tf32 bf16; do "$0" tools/bench_train.py --precision $p "${@}" || rc=1; done; exit $rc' "$PY" "${PRECISION[@]}"
 part floor 25 "$PY" tools/gpu_floor.py "${FLOOR[@]}" --measured "$OUT/bench-train.json"
 # a process per test file: a CUDA error can poison the context for every later test (the H200's first run of this
 # part failed from one test on and was stopped at its limit before pytest wrote a word of why)

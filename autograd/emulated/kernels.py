@@ -31,6 +31,11 @@ class Launchable:
                     if isinstance(a, np.ndarray) and a.ndim:
                         raise TypeError(f"kernel {name}: a host array (shape {a.shape}) among device arrays; "
                                         f"copy it across with backend.to_device first")
+                for i, a in enumerate(args):
+                    if isinstance(a, ndarray) and not a._a.flags.aligned:
+                        raise ValueError(f"kernel {name}: argument {i} ({a.dtype}, shape {a.shape}) starts or steps "
+                                         f"off its {a.dtype.alignment}-byte alignment; a GPU stops with "
+                                         "CUDA_ERROR_MISALIGNED_ADDRESS. Pass a copy (`.copy()`)")
                 from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
                 args = [FakeCUDAArray(a._a) if isinstance(a, ndarray) else a for a in args]
             launches.numba()

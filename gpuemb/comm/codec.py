@@ -54,7 +54,9 @@ class WireCodec:
         n, D = wire.shape[0], wire.shape[1] - _SCALE_BYTES
         if not n:
             return xp.empty((0, D), np.float32)
-        scale = xp.ascontiguousarray(wire[:, D:]).view(np.float32).reshape(n)
+        # a copy, not ascontiguousarray: a single row's slice is already contiguous, at byte D of the row, and a
+        # float32 view of it there is misaligned (CUDA_ERROR_MISALIGNED_ADDRESS on an H200, for any D % 4 != 0)
+        scale = wire[:, D:].copy().view(np.float32).reshape(n)
         return codecs.int8_decode(xp.ascontiguousarray(wire[:, :D]).view(np.int8), scale)
 
 
