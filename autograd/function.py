@@ -110,9 +110,13 @@ def _shared(gys, gxs):
     return shared
 
 
-def backward(tensor, grad=None):
+def backward(tensor, grad=None, on_ready=None):
     """Fill ``.grad`` of every leaf tensor that ``tensor`` depends on and that requires a gradient. ``grad`` may
-    be on the host for a device tensor, or the reverse (it comes from another stack): it is moved, one copy."""
+    be on the host for a device tensor, or the reverse (it comes from another stack): it is moved, one copy.
+
+    ``on_ready(leaf)``, if given, is called once per leaf that gets a gradient, as soon as no Function still to run
+    adds to it: while the rest of the backward runs, the caller can start on that gradient (an allreduce in
+    buckets, gpuemb/distributed/dense.py). Leaves are reached in the backward's order, the last layers first."""
     if not tensor.requires_grad:
         raise RuntimeError("backward() on a tensor that does not require a gradient: no input asked for one, "
                            "or it was computed under no_grad()")
@@ -129,12 +133,33 @@ def backward(tensor, grad=None):
         raise ShapeError(f"backward(): gradient of shape {tuple(grad.shape)} for a tensor of shape {tensor.shape}")
     if tensor.creator is None:
         tensor.grad = _accumulate(tensor.grad, grad.copy())
+        if on_ready is not None and tensor.requires_grad:
+            on_ready(tensor)
         return
     pending = {id(tensor.creator): [None] * len(tensor.creator.output_meta)}
     pending[id(tensor.creator)][tensor.output_index] = grad
-    for fn in _topological_order(tensor.creator):
+    order = _topological_order(tensor.creator)
+    last = _last_users(order) if on_ready is not None else {}
+    for fn in order:
         with launches.phase(launches.backward_phase(fn.phase)):
             _backward_of(fn, pending)
+        for leaf in last.get(id(fn), ()):
+            if leaf.grad is not None:  # a Function may return None for an input it did not affect
+                on_ready(leaf)
+
+
+def _last_users(order):
+    """``{id(fn): [leaf, ...]}``: each leaf that needs a gradient under the last Function of ``order`` that takes
+    it, after whose backward its gradient is complete."""
+    last = {}
+    for fn in order:
+        for x, needed in zip(fn.inputs, fn.needs_input_grad):
+            if needed and isinstance(x, Tensor) and x.creator is None:
+                last[id(x)] = (fn, x)
+    by_fn = {}
+    for fn, leaf in last.values():
+        by_fn.setdefault(id(fn), []).append(leaf)
+    return by_fn
 
 
 def _backward_of(fn, pending):

@@ -75,10 +75,11 @@ class Tensor:
         return self.data.__cuda_array_interface__  # AttributeError on NumPy data, so hasattr() tells the truth
 
     # -- autograd -----------------------------------------------------------------------------------------------
-    def backward(self, grad=None):
-        """Compute the gradient of this tensor with respect to every leaf that requires one."""
+    def backward(self, grad=None, on_ready=None):
+        """Compute the gradient of this tensor with respect to every leaf that requires one; ``on_ready(leaf)`` is
+        called as each leaf's gradient is complete (``function.backward``)."""
         from .function import backward
-        backward(self, grad)
+        backward(self, grad, on_ready)
 
     def detach(self):
         """The same data, cut off from the tape."""

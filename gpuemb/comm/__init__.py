@@ -17,6 +17,7 @@ from .codec import CommCodecs, WireCodec, alltoallv_encoded
 from .link import CHOICES as LINKS, LINK_ENV, PRESETS as LINK_PRESETS, Link, link_from_env, parse_link
 from .local import LocalCommunicator
 from .modelled import ModelledCommunicator
+from .overlap import OverlappedCommunicator, Pending
 
 BACKENDS = ("auto", "local", "mpi", "nccl")
 # what launchers export: MPICH/Intel MPI (hydra) and Slurm's PMI, Open MPI, MVAPICH
@@ -95,5 +96,5 @@ def _start(backend, timeout_s):
 __all__ = ["init", "launched_world_size", "BACKENDS", "SIZE_ENV", "RANK_ENV", "Communicator", "CommError",
            "LocalCommunicator", "WireCodec", "CommCodecs", "alltoallv_encoded", "check_agreement", "header",
            "resolve_timeout",
-           "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "OPS", "REDUCE_OPS", "ModelledCommunicator", "Link", "parse_link",
+           "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "OPS", "REDUCE_OPS", "ModelledCommunicator", "OverlappedCommunicator", "Pending", "Link", "parse_link",
            "LINKS", "LINK_ENV", "LINK_PRESETS"]

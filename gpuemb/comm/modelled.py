@@ -16,6 +16,9 @@ communication per step since its last call, once per train record.
 The clock is ``clock.now()`` and ``clock.wait_until(t)``: ``WallClock`` by default, and a test passes a
 ``ManualClock`` to see the waits without timing anything.
 """
+import contextlib
+import dataclasses
+import threading
 import time
 
 from gpuemb.autograd import backend
@@ -66,6 +69,7 @@ class ModelledCommunicator:
         self.rank, self.world_size, self.local_rank = inner.rank, inner.world_size, inner.local_rank
         self.timeout_s, self.name = inner.timeout_s, f"{inner.name} over {link.name}"
         self._timeline = Timeline()
+        self._deferred = threading.local()
 
     def __repr__(self):
         return f"ModelledCommunicator({self.inner!r}, {self.link})"
@@ -119,7 +123,27 @@ class ModelledCommunicator:
         messages, nbytes = traffic.with_header(self.world_size, payload)
         modelled = self.link.seconds(messages, nbytes)
         self.clock.wait_until(issued + modelled)
-        self._timeline.record(Span(op, tag, messages, nbytes, modelled, issued, issued, returned, self.clock.now()))
+        span = Span(op, tag, messages, nbytes, modelled, issued, issued, returned, self.clock.now())
+        kept = getattr(self._deferred, "spans", None)
+        if kept is None:
+            self._timeline.record(span)  # a blocking call: waited for as it was issued
+        else:
+            kept.append(span)
+
+    @contextlib.contextmanager
+    def deferring(self):
+        """Keep the spans of this thread's collectives back, in the list it yields, instead of recording them: an
+        overlapped collective's (``overlap.py``) is recorded by ``record_waited`` once the caller waits for it."""
+        self._deferred.spans = []
+        try:
+            yield self._deferred.spans
+        finally:
+            self._deferred.spans = None
+
+    def record_waited(self, spans, waited):
+        """Record ``spans`` of a collective that its caller began to wait for at ``waited``."""
+        for span in spans:
+            self._timeline.record(dataclasses.replace(span, waited=waited))
 
     # -- the timeline ---------------------------------------------------------------------------------------------
     def reset_bytes(self):

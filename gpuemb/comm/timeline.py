@@ -4,8 +4,8 @@ compute, on communication, and on communication it waited for (exposed).
 A collective is a :class:`Span` of four times on the communicator's clock: ``issued`` (called), ``waited`` (the
 caller began to wait for its result), ``returned`` (the wrapped backend gave its result) and ``done`` (the link
 would have delivered it too). A blocking collective is waited for as it is issued, so all of it is exposed; an
-overlapped one (a future API that returns a handle) is waited for later, and the time from ``issued`` to
-``waited`` is compute that hid it. Per step:
+overlapped one (``overlap.py``) is waited for later, and the time from ``issued`` to ``waited`` is compute that
+hid it. Per step:
 
 - ``comm_s``: the collectives' times, ``done - issued``, added;
 - ``exposed_comm_s``: the time the step spent waiting, the union of the spans' ``[waited, done]``;

@@ -4,6 +4,9 @@
 ``GradientAllreduce`` is called each step between ``loss.backward()`` and ``optimizer.step()``: it packs the
 gradients into buckets of about ``bucket_bytes``, one allreduce per bucket (fewer, larger messages than one per
 parameter), and divides by the world size, since each rank's loss is the mean over its own part of the batch.
+On an ``OverlappedCommunicator`` its ``ready`` hook, passed to ``loss.backward(on_ready=)``, starts each bucket's
+allreduce as soon as the backward has completed its gradients, and the call waits for them: the same allreduces
+of the same vectors, so the same bits, with the communication hidden behind the rest of the backward.
 
 Each bucket also carries, per parameter, 1 where this rank has a gradient: a parameter no rank has a gradient
 for keeps ``grad = None`` (so the optimizer skips it, as it would on one rank); one that only some ranks have a
@@ -38,11 +41,37 @@ class GradientAllreduce:
             else:
                 self.buckets.append([i])
 
+        # during the backward (``ready``): the buckets start in reverse order, the last layers' first, as their
+        # gradients complete; each only after the one before it, so every rank starts them in the same order
+        self._bucket_of = {id(self.params[i]): b for b, bucket in enumerate(self.buckets) for i in bucket}
+        self._reset()
+
+    def _reset(self):
+        self._left = [len(b) for b in self.buckets]
+        self._started, self._next = {}, len(self.buckets) - 1
+
+    def ready(self, leaf):
+        """``backward(on_ready=)``'s hook: ``leaf``'s gradient is complete. On an overlapped communicator
+        (``comm.overlap``), a bucket whose gradients are all complete starts its allreduce while the backward goes
+        on; elsewhere nothing happens until the call."""
+        b = self._bucket_of.get(id(leaf))
+        if b is None or not hasattr(self.comm, "start"):
+            return
+        self._left[b] -= 1
+        while self._next >= 0 and self._left[self._next] == 0:
+            params = [self.params[i] for i in self.buckets[self._next]]
+            self._started[self._next] = self.comm.start("allreduce", pack(params))
+            self._next -= 1
+
     def __call__(self):
-        """Replace each gradient by its mean over the ranks (one allreduce per bucket)."""
-        for bucket in self.buckets:
-            params = [self.params[i] for i in bucket]
-            unpack(params, self.comm.allreduce(pack(params)), self.comm.world_size)
+        """Replace each gradient by its mean over the ranks (one allreduce per bucket): those ``ready`` started are
+        waited for, the rest run now, in the same reverse order."""
+        started, n = self._started, len(self.buckets)
+        self._reset()
+        for b in range(n - 1, -1, -1):
+            params = [self.params[i] for i in self.buckets[b]]
+            summed = started[b].wait() if b in started else self.comm.allreduce(pack(params))
+            unpack(params, summed, self.comm.world_size)
 
 
 class SliceGradients:

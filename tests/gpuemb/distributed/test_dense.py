@@ -34,7 +34,7 @@ def test_gradients_go_in_buckets_of_at_most_bucket_bytes(rng):
     reduce = GradientAllreduce(ps, c, bucket_bytes=500)
     assert reduce.buckets == [[0, 1], [2], [3]]
     reduce()
-    assert c.sizes == [110 + 2, 300 + 1, 5 + 1]  # each bucket's gradients and a has-a-gradient flag per parameter
+    assert c.sizes == [5 + 1, 300 + 1, 110 + 2]  # each bucket, the last first, and a has-a-gradient flag a parameter
     for p, g in zip(ps, want):
         np.testing.assert_array_equal(p.grad, g)
 
