@@ -96,5 +96,6 @@ def _start(backend, timeout_s):
 __all__ = ["init", "launched_world_size", "BACKENDS", "SIZE_ENV", "RANK_ENV", "Communicator", "CommError",
            "LocalCommunicator", "WireCodec", "CommCodecs", "alltoallv_encoded", "check_agreement", "header",
            "resolve_timeout",
-           "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "OPS", "REDUCE_OPS", "ModelledCommunicator", "OverlappedCommunicator", "Pending", "Link", "parse_link",
+           "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "OPS", "REDUCE_OPS", "ModelledCommunicator", "OverlappedCommunicator",
+           "Pending", "Link", "parse_link",
            "LINKS", "LINK_ENV", "LINK_PRESETS"]
