@@ -2,6 +2,7 @@
 
 Forward, on every rank:
 1. ``Route`` buckets this rank's keys by owner; the per-stream counts (``[W, S]``) and the keys go by alltoallv.
+   On an overlapped communicator this happens during the step before (``keys_ahead.py``).
 2. Each owner looks the keys of each of its shards up in ONE lookup of its local table, recording the lookup's
    backward (which is the fused row update).
 3. The rows go back by one alltoallv per width group, through the forward codec, and are put into ``[B, F, D]``;
@@ -34,8 +35,8 @@ class ShardedLookup(Function):
     (int64, mixed per feature where features share a table). ``anchor`` is a leaf that requires a gradient
     exactly when this step trains, so the tape records the op; it gets no gradient."""
 
-    def __init__(self, collection, keys, training):
-        self.c, self.keys, self.training = collection, keys, training
+    def __init__(self, collection, keys, training, routed=None):
+        self.c, self.keys, self.training, self.routed = collection, keys, training, routed
         self.B, self.F = keys.shape
         self.groups = collection.groups
 
@@ -74,9 +75,12 @@ class ShardedLookup(Function):
     def _look_up(self):
         """Route this rank's keys to their owners and look up, at each shard held here, the keys it received."""
         c, comm, W = self.c, self.c.comm, self.c.comm.world_size
-        self.route = r = Route(self.keys, c.table_of, c.streams, self.groups, W)
-        counts, _ = comm.alltoallv(r.stream_counts, np.ones(W, np.int64), tag="a2a_keys")
-        received, _ = comm.alltoallv(r.keys, r.send_counts, tag="a2a_keys")
+        if self.routed is None:
+            self.route = r = Route(self.keys, c.table_of, c.streams, self.groups, W)
+            counts, _ = comm.alltoallv(r.stream_counts, np.ones(W, np.int64), tag="a2a_keys")
+            received, _ = comm.alltoallv(r.keys, r.send_counts, tag="a2a_keys")
+        else:  # started during the last step (``KeysAhead``)
+            self.route, counts, received = self.routed.take()
         self.arrivals = a = Arrivals(counts, self.groups)
         for s in c.local_streams:
             k = received[a.index[s]]

@@ -23,6 +23,7 @@ from .column import coupled_groups
 from .exchange import ShardedLookup
 from .default_plan import plan_for
 from .feature_layout import FeatureLayout
+from .keys_ahead import KeysAhead
 from .pooled_exchange import ShardedPooledLookup
 from .routing import streams_of
 from .shards import check_against_plan, local_shards
@@ -67,6 +68,7 @@ class ShardedEmbeddingCollection(Module):
         self.replicas = {c.name: (self.shards[c.name], np.flatnonzero(self.table_of == t))
                          for t, c in enumerate(configs) if self.plan.placement(c.name).kind == "data"}
         self.coupled = [(c.name, ranks) for c in configs for ranks in coupled_groups(self.plan.placement(c.name), c)]
+        self._ahead = None  # the next training batch's key exchange, started during this step (keys_ahead.py)
 
     @property
     def tables(self):
@@ -80,11 +82,13 @@ class ShardedEmbeddingCollection(Module):
     def forward(self, sparse):
         if isinstance(sparse, JaggedFeatures) and sparse.single_hot and self.hotness is None:
             sparse = sparse.dense()
-        # routed to their owners on the host (distributed/routing.py, bag_routing.py): the keys come down once
-        if self.hotness is None and not isinstance(sparse, (JaggedFeatures, list, tuple)):
-            keys = mixed_keys(backend.to_host(sparse), self.n_features, self.shared, "ShardedEmbeddingCollection",
-                              " (or give it hotness, JaggedFeatures or (keys, offsets) bags to pool)")
-            op = ShardedLookup(self, keys, self.training)
+        if self._single_keys(sparse):
+            keys = self._keys(sparse)
+            ahead, self._ahead = (self._ahead, None) if self.training else (None, self._ahead)
+            if ahead is not None and not ahead.matches(keys):
+                raise RuntimeError("ShardedEmbeddingCollection: this training batch is not the one whose keys "
+                                   "route_ahead sent; call route_ahead with the batch the next forward takes")
+            op = ShardedLookup(self, keys, self.training, ahead)
         else:
             if self.same_bits and self.partial_sums():
                 raise ValueError(f"ShardedEmbeddingCollection: table {self.partial_sums()[0]!r} is row-wise and "
@@ -94,6 +98,24 @@ class ShardedEmbeddingCollection(Module):
             op = ShardedPooledLookup(self, bags, self.training)
         record = self.training and is_grad_enabled()
         return op.apply(Tensor(backend.xp.zeros(0, np.float32), requires_grad=record))
+
+    def _single_keys(self, sparse):
+        """Whether ``sparse`` is a key a feature (the plain exchange), not bags to pool."""
+        return self.hotness is None and not isinstance(sparse, (JaggedFeatures, list, tuple))
+
+    def _keys(self, sparse):
+        # routed to their owners on the host (distributed/routing.py): the keys come down once
+        return mixed_keys(backend.to_host(sparse), self.n_features, self.shared, "ShardedEmbeddingCollection",
+                          " (or give it hotness, JaggedFeatures or (keys, offsets) bags to pool)")
+
+    def route_ahead(self, sparse):
+        """Start the key exchange of the training batch ``sparse`` that the next training forward takes, on an
+        overlapped communicator (``keys_ahead.py``); elsewhere, and for bags, the forward exchanges as before. Every
+        rank calls it at the same point of its step."""
+        if isinstance(sparse, JaggedFeatures) and sparse.single_hot and self.hotness is None:
+            sparse = sparse.dense()
+        if hasattr(self.comm, "start") and self.streams and self._single_keys(sparse):
+            self._ahead = KeysAhead(self, self._keys(sparse))
 
     def partial_sums(self):
         """The names of the tables whose bags pool as partial sums over the ranks: keyed (row-wise, table-row-wise,

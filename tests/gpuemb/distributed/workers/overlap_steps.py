@@ -1,0 +1,71 @@
+"""Run by test_overlap.py under ``mpiexec -n W``: a sharded DLRM trained a few steps on a blocking communicator,
+then again on an ``OverlappedCommunicator`` with every overlap on: the next batch's key exchange started during
+each step (``route_ahead``) and the dense allreduce in buckets during the backward. Both runs must be the same
+bits: every loss, dense parameter and row of this rank's shards.
+
+argv: the placement kind of the first three tables (table, row or column; the fourth is data-parallel), a seed.
+Prints "rank R: ok".
+"""
+import sys
+
+import numpy as np
+
+from common import batch, dlrm, plan
+from gpuemb import comm
+from gpuemb import optim
+from gpuemb.autograd import Tensor, bce_with_logits
+from gpuemb.comm import OverlappedCommunicator
+from gpuemb.distributed import distribute, keys_ahead
+
+KIND, SEED, G, STEPS = sys.argv[1], int(sys.argv[2]), 24, 4
+TAKEN = []
+_take = keys_ahead.KeysAhead.take
+keys_ahead.KeysAhead.take = lambda self: TAKEN.append(1) or _take(self)
+
+
+def train(c, overlap):
+    W, r = c.world_size, c.rank
+    b = G // W
+    mine = slice(r * b, (r + 1) * b)
+    model = dlrm()
+    allreduce = distribute(model, c, plan(KIND, W))
+    opt = optim.Adagrad(model.parameters(), 0.05)
+    losses = []
+    for step in range(STEPS):
+        dense, sparse, y = batch(SEED, step, G)
+        opt.zero_grad()
+        loss = bce_with_logits(model(dense[mine], sparse[mine]), Tensor(y[mine]))
+        if overlap and step + 1 < STEPS:  # once this step's lookups are done, as the training loop does
+            model.embeddings.route_ahead(batch(SEED, step + 1, G)[1][mine])
+        loss.backward(on_ready=allreduce.ready)
+        allreduce()
+        opt.step()
+        losses.append(loss.data.copy())
+    rows = {n: s.table.export() for n, s in model.embeddings.shards.items()}
+    return losses, [p.data.copy() for p in model.parameters()], rows
+
+
+def main():
+    c = comm.init()
+    blocking = train(c, overlap=False)
+    assert not TAKEN
+    over = OverlappedCommunicator(c)
+    overlapped = train(over, overlap=True)
+    assert len(TAKEN) == (STEPS - 1 if model_has_streams() else 0), TAKEN
+    for a, b in zip(blocking[0], overlapped[0]):
+        assert np.array_equal(a, b), f"rank {c.rank}: a loss moved: {a} against {b}"
+    for a, b in zip(blocking[1], overlapped[1]):
+        assert np.array_equal(a, b), f"rank {c.rank}: a dense parameter moved"
+    for name in blocking[2]:
+        for part_a, part_b in zip(blocking[2][name], overlapped[2][name]):
+            for x, y in zip(part_a, part_b):
+                assert np.array_equal(x, y), f"rank {c.rank}: table {name} moved"
+    over.drain()
+    print(f"rank {c.rank}: ok", flush=True)
+
+
+def model_has_streams():
+    return KIND != "data"
+
+
+main()
