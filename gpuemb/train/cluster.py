@@ -22,7 +22,7 @@ from collections import Counter
 
 import numpy as np
 
-from gpuemb.comm import CommCodecs, LocalCommunicator
+from gpuemb.comm import CommCodecs, LocalCommunicator, OverlappedCommunicator
 from gpuemb.distributed import ShardedEmbeddingCollection, distribute
 from gpuemb.distributed.dense import SliceGradients
 from gpuemb.io.loader import rank_part
@@ -53,8 +53,17 @@ class Cluster:
 
     @classmethod
     def of(cls, comm, config):
-        """A Cluster on ``comm`` (``gpuemb.comm.init()``); no communicator is a world of one."""
+        """A Cluster on ``comm`` (``gpuemb.comm.init()``); no communicator is a world of one. ``--overlap-comm``
+        runs a world of several's collectives on a thread of their own (``comm/overlap.py``)."""
+        if comm is not None and comm.world_size > 1 and config.distributed.overlap_comm:
+            comm = OverlappedCommunicator(comm)
         return cls(comm or LocalCommunicator(), config)
+
+    @property
+    def grad_ready(self):
+        """``loss.backward(on_ready=)``'s hook: the dense allreduce's, which starts buckets on an overlapped
+        communicator; None where there is no allreduce in buckets."""
+        return getattr(self._dense, "ready", None)
 
     @property
     def lead(self):

@@ -81,7 +81,7 @@ class Trainer:
             self._check(value, finite)
         self.optimizer.zero_grad()
         if self.scaler is None:
-            loss.backward()
+            loss.backward(on_ready=self.cluster.grad_ready)  # an overlapped allreduce starts its buckets in it
             with launches.phase("communication"):
                 self.cluster.allreduce()
             with launches.phase("dense_optimizer"):
@@ -234,7 +234,9 @@ class Pipeline:
     """Steps a Trainer on Batches; with ``overlap``, the next batch is prepared while this one computes.
 
     Three things overlap: the loader's thread assembles batches ahead; batch i+1 is taken from it as step i
-    starts; and once step i's lookups are done, a worker thread sorts i+1's keys and ``prefetch``es its rows into
+    starts; and once step i's lookups are done, sharded collections on an overlapped communicator start i+1's key
+    exchange (``--overlap-comm``, distributed/keys_ahead.py), and a worker thread sorts i+1's keys and
+    ``prefetch``es its rows into
     each table's device rows (on a GPU on a side stream, waited for before step i+1 starts), while step i's MLPs
     run. Step i+1's lookups then find their unique keys and pinned slots ready. The results are the same bit for
     bit with or without the overlap: a prefetch only moves rows and pins them, and a row is read at its lookup,
@@ -255,6 +257,9 @@ class Pipeline:
     def __init__(self, trainer, batches, overlap=True, worker_thread=None):
         self.trainer, self.batches, self.overlap = trainer, batches, overlap
         self.collections = [m for m in trainer.model.modules() if isinstance(m, EmbeddingCollection)]
+        # sharded collections on an overlapped communicator start the next batch's key exchange in the step
+        self.routed = [m for m in trainer.model.modules() if hasattr(getattr(m, "comm", None), "start")] \
+            if overlap else []
         self._it = self._ahead = self._job = self._state = None  # _state: after the last batch trained
         self._worker = None
         if overlap and self.collections:
@@ -291,9 +296,9 @@ class Pipeline:
         self._wait()
         batch, state = self._take()
         hook = None
-        if ahead and self._worker is not None:
+        if ahead and (self._worker is not None or self.routed):
             self._ahead = (next(self._it), self.batches.state_dict())
-            hook = self._submitter(self._ahead[0].sparse)
+            hook = self._after_lookups(self._ahead[0].sparse)
         loss = self.trainer.train_step(batch, after_forward=hook)
         self._state = state
         return loss
@@ -304,8 +309,12 @@ class Pipeline:
             return taken
         return next(self._it), self.batches.state_dict()
 
-    def _submitter(self, sparse):
+    def _after_lookups(self, sparse):
         def submit():
+            for collection in self.routed:  # on every rank at this point of the step: the same collectives' order
+                collection.route_ahead(sparse)
+            if self._worker is None:
+                return
             # The room is read here, after step i's lookups and before its update: with step i's rows still
             # pinned, so the decision is the same however late the worker runs (the update unpins them).
             rooms = {id(t): t.room() for c in self.collections for t in c.stores}

@@ -12,7 +12,6 @@ import time
 import numpy as np
 
 from gpuemb.autograd import backend, launches, transfers
-from gpuemb.comm import ModelledCommunicator
 from gpuemb.io.loader import Loader, LoaderConfig
 
 from . import checkpoint as ckpt
@@ -264,8 +263,8 @@ class Run:
         self.window = []
         sent = {"comm_bytes_per_step": self.cluster.bytes_per_step()} if self.cluster.world_size > 1 else {}
         phases = self.trainer.timer.per_step()
-        comm = self.cluster.comm
-        link = {"link": comm.step_summary()} if isinstance(comm, ModelledCommunicator) else {}
+        summary = getattr(self.cluster.comm, "step_summary", None)  # a modelled link's, overlapped or not
+        link = {"link": summary()} if summary is not None else {}
         return {"kind": "train", "step": self.step, "epoch": self.pipeline.epoch, "samples": self.trainer.samples,
                 "loss": loss, "lr": lrs[0], "embedding_lr": lrs[1], "samples_per_s": samples_per_s,
                 **self.counts_per_step(), **sent, **self.table_record(),
@@ -313,6 +312,9 @@ class Run:
         return record
 
     def close(self):
+        drain = getattr(self.cluster.comm, "drain", None) if hasattr(self, "cluster") else None
+        if drain is not None:  # an overlapped key exchange still in flight ends before the communicator does
+            drain()
         self._lock.release()
         for table in self.tables.values() if hasattr(self, "tables") else ():
             table.close()

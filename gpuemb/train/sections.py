@@ -301,6 +301,10 @@ class DistributedSettings(Section):
                         "would take (latency + bytes/bandwidth of its algorithm), and train records gain 'link' "
                         "(compute, communication and exposed seconds a step): none, ib100 (InfiniBand HDR100), "
                         "ib400 (NDR), nvlink4 (H100 NVLink), or LAT_US:GBPS", kind="str", resumable=True)
+    overlap_comm: bool = setting(False, "run the collectives on a thread of their own, so that they travel while "
+                                 "the step computes: the next batch's key exchange during this step, the dense "
+                                 "allreduce in buckets during the backward; the same bits as without "
+                                 "(docs/distributed.md, Overlap)", resumable=True)
 
     def check(self):
         try:

@@ -38,7 +38,8 @@ def outcome(folder):
             got = table.load_all()
             tables.setdefault(name, []).append((got.keys, got.rows, got.steps))
     rows = {}
-    for name, parts in tables.items():  # the shards of a row-wise table hold disjoint keys
+    for name, parts in tables.items():  # the shards of a row-wise table hold disjoint keys; some hold none
+        parts = [part for part in parts if part[0].size] or parts[:1]
         keys, values, steps = (np.concatenate(p) for p in zip(*parts))
         order = np.argsort(keys)
         rows[name] = (keys[order], values[order], steps[order])

@@ -1,0 +1,37 @@
+"""tools/train.py --overlap-comm under a real ``mpiexec`` on the CPU: the collectives on a thread of their own, the
+next batch's key exchange during each step and the dense allreduce during the backward, give the same train losses,
+eval metrics, dense weights and rows, bit for bit, as the same run without them, with and without --deterministic."""
+import pytest
+
+from .test_train_deterministic import TINY, launch, outcome  # noqa: F401  (launch: a fixture)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("n, extra", [
+    (2, ["--deterministic", "--tables", "per-feature"]),
+    (2, ["--tables", "per-feature", "--sharding", "row"]),
+    (4, ["--tables", "per-feature"]),
+], ids=["2-deterministic", "2-row", "4"])
+def test_the_overlapped_run_trains_the_blocking_runs_bits(n, extra, rng, tmp_path, launch):
+    # 4 steps, evaluated after the last: steps 1 and 2 start the next batch's key exchange (none is started across an
+    # evaluation or a checkpoint, as the prefetch is not)
+    seed, base = str(rng.integers(1 << 20)), [a for a in TINY if a != "--deterministic"] + ["--steps", "4",
+                                                                                              "--eval-every", "4"]
+    runs = {}
+    for overlap in (False, True):
+        folder = tmp_path / f"overlap{overlap}"
+        out = launch(n, *base, *extra, "--seed", seed, "--metrics-out", folder / "metrics.jsonl", "--checkpoint-dir",
+                     folder / "ckpt", *(["--overlap-comm"] if overlap else []))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert ("ranks (mpi, overlapped)" in out.stdout) == overlap, out.stdout  # the startup line says so
+        runs[overlap] = outcome(folder)
+    (metrics, weights, rows), (o_metrics, o_weights, o_rows) = runs[False], runs[True]
+    assert [r["kind"] for r in metrics].count("train") == 4
+    assert o_metrics == metrics
+    assert o_weights.keys() == weights.keys() and o_rows.keys() == rows.keys()
+    for name, w in weights.items():
+        assert (o_weights[name] == w).all(), name
+    for name, parts in rows.items():
+        for mine, theirs in zip(parts, o_rows[name]):
+            assert (theirs == mine).all(), name
