@@ -68,23 +68,24 @@ def mpiexec():
     return shutil.which("mpiexec", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
 
 
-def train_args(args, metrics):
-    return ["--tables", "per-feature", "--embedding-dim", str(args.embedding_dim), "--batch-size",
+def train_args(args, metrics, overlap=False):
+    return [*(["--overlap-comm"] if overlap else []), "--tables", "per-feature", "--embedding-dim",
+            str(args.embedding_dim), "--batch-size",
             str(args.batch_size), "--steps", str(args.steps), "--log-every", str(args.steps // 2), "--eval-every",
             str(args.steps), "--eval-rows", "1000", "--train-rows", str(args.batch_size * args.steps),
             "--comm-codec", args.codec, "--sharding", args.sharding, "--link", args.link, "--no-progress",
             "--metrics-out", metrics]
 
 
-def run_job(W, args, folder):
-    """The last train record of ``tools/train.py`` on W ranks (rank 0's)."""
-    metrics = os.path.join(folder, f"w{W}.jsonl")
+def run_job(W, args, folder, overlap=False):
+    """The last train record of ``tools/train.py`` on W ranks (rank 0's), with ``--overlap-comm`` or not."""
+    metrics = os.path.join(folder, f"w{W}-{overlap}.jsonl")
     launcher = [mpiexec(), "-n", str(W)] if W > 1 else []
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_"))}
     env.update({"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"})  # the ranks share the cores
     try:
-        done = subprocess.run(launcher + [sys.executable, TRAIN, *train_args(args, metrics)], capture_output=True,
-                              text=True, timeout=args.timeout_s, env=env)
+        done = subprocess.run(launcher + [sys.executable, TRAIN, *train_args(args, metrics, overlap)],
+                              capture_output=True, text=True, timeout=args.timeout_s, env=env)
     except subprocess.TimeoutExpired:
         raise RunError(f"W={W}: train.py ran past --timeout-s {args.timeout_s}; give fewer --steps or a smaller "
                        "--batch-size") from None
@@ -106,14 +107,16 @@ def model_bytes(W, args):
     return sent, W * (W - 1) * streams * KEY_BYTES
 
 
-def measured_row(W, record, args):
+def measured_row(W, record, args, overlap=False):
     """The report's figures for one W from its last train record."""
     link = record.get("link", {})
-    exposed, compute = link.get("exposed_comm_s", 0.0), link.get("compute_s", 0.0)
+    exposed, compute, comm = link.get("exposed_comm_s", 0.0), link.get("compute_s", 0.0), link.get("comm_s", 0.0)
     wire = sum(record.get("comm_bytes_per_step", {}).get(t, 0) for t in EMBEDDING_TAGS)
     model, framing = model_bytes(W, args)
-    return {"W": W, "per_rank": record["samples_per_s"] / W, "step_ms": 1e3 * (compute + exposed),
+    return {"W": W, "overlap": overlap, "per_rank": record["samples_per_s"] / W,
+            "step_ms": 1e3 * (compute + exposed),
             "share": exposed / (compute + exposed) if compute + exposed else 0.0,
+            "comm_ms": 1e3 * comm, "exposed_of_comm": exposed / comm if comm else 0.0,
             "modelled_ms": 1e3 * link.get("modelled_s", 0.0), "wire": wire / args.batch_size,
             "model": model / args.batch_size, "framing": framing / args.batch_size}
 
@@ -122,12 +125,14 @@ def print_measured(rows, args):
     print(f"Measured: tools/train.py, DLRM, 26 per-feature tables of dim {args.embedding_dim}, global batch "
           f"{args.batch_size}, {args.codec} all-to-alls, --sharding {args.sharding}, --link {args.link}; rank 0's "
           f"last train record (steps {args.steps // 2 + 1}-{args.steps})")
-    print("| W | samples/s per rank | step ms (compute + exposed) | exposed comm share | link's own ms "
+    print("| W | overlap | samples/s per rank | step ms (compute + exposed) | exposed comm share | comm ms | "
+          "exposed / comm | link's own ms "
           "(modelled_s) | a2a B/sample on the wire | cost model B/sample | + framing | wire / (model + framing) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = f"{r['wire'] / (r['model'] + r['framing']):.4f}" if r["model"] else "-"
-        print(f"| {r['W']} | {r['per_rank']:,.0f} | {r['step_ms']:.1f} | {100 * r['share']:.1f}% | "
+        print(f"| {r['W']} | {'on' if r['overlap'] else 'off'} | {r['per_rank']:,.0f} | {r['step_ms']:.1f} | "
+              f"{100 * r['share']:.1f}% | {r['comm_ms']:.2f} | {100 * r['exposed_of_comm']:.0f}% | "
               f"{r['modelled_ms']:.3f} | {r['wire']:,.1f} | {r['model']:,.1f} | {r['framing']:,.2f} | {ratio} |")
 
 
@@ -211,6 +216,9 @@ def parse(argv=None):
                     "(default ib400: InfiniBand NDR)")
     ap.add_argument("--device-gb", type=positive_int, default=80, help="each GPU's memory for the plan, decimal GB "
                     "(default 80)")
+    ap.add_argument("--overlap", choices=("off", "on", "both"), default="off",
+                    help="measure with tools/train.py --overlap-comm (on), without (off), or a row of each for W > 1 "
+                    "(both; default off)")
     ap.add_argument("--no-measure", action="store_true", help="print the projection only")
     args = ap.parse_args(argv)
     for flag in ("--link", "--inter-link"):
@@ -239,7 +247,9 @@ def main(argv=None):
     if not args.no_measure:
         with tempfile.TemporaryDirectory(prefix="bench_scaling_") as folder:
             try:
-                rows = [measured_row(W, run_job(W, args, folder), args) for W in args.world_sizes]
+                modes = {"off": (False,), "on": (True,), "both": (False, True)}[args.overlap]
+                rows = [measured_row(W, run_job(W, args, folder, overlap), args, overlap) for W in args.world_sizes
+                        for overlap in (modes if W > 1 else (False,))]
             except RunError as e:
                 print(f"bench_scaling.py: error: {e}", file=sys.stderr)
                 return 1

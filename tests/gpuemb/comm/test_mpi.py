@@ -23,6 +23,18 @@ def test_a_rank_that_raises_ends_the_job_naming_it(mpiexec):
     assert "did not complete within" not in output and "Timeout (" not in output, output
 
 
+def test_a_rank_that_raises_during_an_overlapped_allreduce_ends_the_job_naming_it(mpiexec):
+    rc, output = mpiexec(2, "fail.py", "raise", "overlapped", timeout_s=60, GPUEMB_COMM_TIMEOUT="30")
+    assert rc != 0 and "passed" not in output, output
+    assert "rank 1 of 2: uncaught RuntimeError: planted failure; aborting every rank" in output, output
+
+
+def test_a_rank_that_hangs_during_an_overlapped_allreduce_ends_the_job_within_the_timeout(mpiexec):
+    rc, output = mpiexec(2, "fail.py", "hang", "overlapped", timeout_s=60, GPUEMB_COMM_TIMEOUT="8")
+    assert rc != 0 and "passed" not in output, output
+    assert "rank 0 of 2: allreduce did not complete within 8 s" in output, output
+
+
 def test_a_rank_that_hangs_ends_the_job_within_the_timeout_while_the_waiting_rank_idles(mpiexec):
     # 8 s, not 3: the same deadline bounds comm.init, and on 2 busy cores (CI beside other work) the two ranks'
     # MPI_Init alone took over 3 s once, so init timed out before the allreduce this test is about

@@ -1,6 +1,7 @@
 """Run by test_mpi.py under ``mpiexec -n 2``: rank 1 raises (``raise``), hangs (``hang``) or exits before
-``comm.init`` (``exit``) while rank 0 goes on into an allreduce. The job must end non-zero within the timeout;
-"passed" must never print. Rank 0 says how much CPU it used while it waited, as it aborts."""
+``comm.init`` (``exit``) while rank 0 goes on into an allreduce, blocking or, with a second argument
+``overlapped``, started on an ``OverlappedCommunicator`` and waited for. The job must end non-zero within the
+timeout; "passed" must never print. Rank 0 says how much CPU it used while it waited, as it aborts."""
 import os
 import sys
 import time
@@ -27,5 +28,8 @@ def report_then_abort():
 
 
 c._abort_world = report_then_abort
-c.allreduce(np.ones(3))
+if sys.argv[2:] == ["overlapped"]:  # the allreduce runs on the overlapped thread; the caller waits for it
+    comm.OverlappedCommunicator(c).start("allreduce", np.ones(3)).wait()
+else:
+    c.allreduce(np.ones(3))
 print(f"rank {c.rank}: passed the allreduce", flush=True)
