@@ -13,12 +13,15 @@ def plan_for(configs, world_size, n_features=None, rows=DEFAULT_ROWS, device_byt
     """``plan_tables`` of the table ``configs`` over ``world_size`` ranks of ``device_bytes`` each.
 
     ``rows``: the keys each table is expected to hold (an int, or ``{name: rows}``); a table shared by
-    ``n_features`` features is looked up that many times a sample. ``planner``: more ``plan_tables`` arguments
-    (``dp_max_bytes``, ``cache_fraction``). ``sharding`` ``table_row`` or ``grid`` places every table so over
-    hosts of ``local_ranks`` ranks (default: one host of all).
+    ``n_features`` features is looked up that many times a sample, one vector a feature (unpooled). ``planner``:
+    more ``plan_tables`` arguments (``dp_max_bytes``, ``cache_fraction``). ``sharding`` ``table_row`` or ``grid``
+    places every table so over hosts of ``local_ranks`` ranks (default: one host of all).
     """
+    # A shared table's features are looked up one key each and each feature's vector travels on its own, so its
+    # lookups are not one pooled bag: unpooled, the cost model counts one vector a lookup, as the exchange sends.
     specs = [TableSpec.from_config(c, rows.get(c.name, DEFAULT_ROWS) if isinstance(rows, dict) else rows,
-                                   lookups_per_sample=n_features or 1, sharding=sharding) for c in configs]
+                                   lookups_per_sample=n_features or 1, pooling=None if n_features else "sum",
+                                   sharding=sharding) for c in configs]
     if sharding in HOST_KINDS:
         return plan_hosts(specs, world_size, local_ranks or world_size, sharding, max(batch_size, world_size), codec,
                           device_bytes)

@@ -2,6 +2,7 @@
 import pytest
 
 from gpuemb import optim
+from gpuemb.distributed import plan_for
 from gpuemb.kernels.codecs import CODECS
 from gpuemb.sharding.cost import (CODEC_BYTES, HOME_META_BYTES, INDEX_BYTES, SLOT_BYTES, STEP_BYTES, USED_FLAG_BYTES,
                                   Memory, RankCost, placement_costs, rank_costs, row_bytes, shard_memory, vector_bytes)
@@ -145,3 +146,13 @@ def test_a_plans_2d_placement_costs_its_column_ranges_as_row_wise_tables(kind):
         assert p.kind == kind
         want = [w + c for w, c in zip(want, host_placement_costs(p, 4, 256, plan.codec))]
     assert rank_costs(plan) == want and any(c.a2a_fwd for c in want)
+
+
+def test_a_table_shared_by_features_costs_a_vector_a_feature():
+    # the exchange sends each of a shared table's 26 features its own row (workers/row_bags.py measures it); pooled,
+    # the model counted one a sample, 26 times too few
+    plan = plan_for([TableConfig("t", 8)], 2, n_features=26, batch_size=400)
+    (p,) = plan.placements
+    assert (p.kind, p.table.pooling, p.table.lookups_per_sample) == ("table", None, 26)
+    requester = 1 - p.shards[0].rank
+    assert placement_costs(p, 2, 400, "fp32")[requester].a2a_bwd == 200 * 26 * vector_bytes(8, "fp32")
