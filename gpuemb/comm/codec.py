@@ -68,6 +68,23 @@ def alltoallv_encoded(comm, rows, counts, codec, tag="alltoallv"):
     return codec.decode(wire), recv_counts
 
 
+def start_encoded(comm, rows, counts, codec, tag="alltoallv"):
+    """``alltoallv_encoded`` started on an overlapped communicator (``overlap.py``): the rows are encoded now, and
+    ``.wait()`` of what it returns gives ``(float32 [m, D], recv_counts)`` once they have arrived."""
+    codec = codec if isinstance(codec, WireCodec) else WireCodec(codec)
+    return _Decoding(comm.start("alltoallv", codec.encode(rows), counts, tag), codec)
+
+
+@dataclass(frozen=True)
+class _Decoding:
+    pending: object
+    codec: WireCodec
+
+    def wait(self):
+        wire, recv_counts = self.pending.wait()
+        return self.codec.decode(wire), recv_counts
+
+
 @dataclass(frozen=True)
 class CommCodecs:
     """The wire codec of each direction: ``forward`` for embeddings, ``backward`` for their gradients."""
@@ -83,6 +100,10 @@ class CommCodecs:
     def alltoallv_forward(self, comm, rows, counts):
         """The forward all-to-all of embedding rows, in the forward codec, counted under ``a2a_fwd``."""
         return alltoallv_encoded(comm, rows, counts, self.forward, tag="a2a_fwd")
+
+    def start_forward(self, comm, rows, counts):
+        """``alltoallv_forward`` started on an overlapped communicator; ``.wait()`` gives its result."""
+        return start_encoded(comm, rows, counts, self.forward, tag="a2a_fwd")
 
     def alltoallv_backward(self, comm, grads, counts):
         """The backward all-to-all of embedding gradients, in the backward codec, counted under ``a2a_bwd``."""

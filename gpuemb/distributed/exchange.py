@@ -6,7 +6,9 @@ Forward, on every rank:
 2. Each owner looks the keys of each of its shards up in ONE lookup of its local table, recording the lookup's
    backward (which is the fused row update).
 3. The rows go back by one alltoallv per width group, through the forward codec, and are put into ``[B, F, D]``;
-   data-parallel tables read the local replica.
+   data-parallel tables read the local replica. On an overlapped communicator the alltoallvs start and the op
+   returns at once; the rows are put in place when its output is first read (``autograd/arriving.py``), so what
+   the model computes before that (DLRM's bottom MLP) runs while they travel.
 
 Backward, on every rank, in the same order:
 1. The gradient rows, divided by the world size (each rank's loss is the mean over its own batch, so the global
@@ -45,25 +47,39 @@ class ShardedLookup(Function):
         B, F = self.B, self.F
         xp = get_array_module(anchor)
         out = xp.zeros((B * F, c.layout.slot), np.float32)
-        self.owned = {}
+        self.owned, self.arrive, started = {}, None, []
         if c.streams:
             self._look_up()
+            later = hasattr(c.comm, "start")  # overlapped: the rows travel until the output is first read
             for g, (width, ids) in enumerate(self.groups):
-                self._return_rows(out, g, width, ids)
+                reply, counts = self._reply(xp, g, width, ids), self.arrivals.group_counts[g]
+                if later:
+                    started.append((g, ids, c.codecs.start_forward(c.comm, reply, counts)))
+                else:
+                    self._place_group(out, g, ids, c.codecs.alltoallv_forward(c.comm, reply, counts)[0])
         if c.replicas:
             self._read_replicas(out)
-        return c.layout.outward(out, B)
+        y = c.layout.outward(out, B)
+        if started:
+            self.arrive = lambda: self._arrive(out, y, started)
+        return y
 
-    def _return_rows(self, out, g, width, ids):
-        """Send the rows of group ``g`` (streams ``ids`` of ``width``) looked up here back to their requesters, and
-        place the rows that came back for this rank's entries in ``out``."""
-        c, r, a = self.c, self.route, self.arrivals
-        reply = self._reply_buffer(get_array_module(out), (a.group_sizes[g], width))
+    def _reply(self, xp, g, width, ids):
+        """The rows of group ``g`` (streams ``ids`` of ``width``) looked up here, in the order their requesters
+        sent the keys."""
+        a = self.arrivals
+        reply = self._reply_buffer(xp, (a.group_sizes[g], width))
         for s in ids:
             if s in self.owned:
                 reply[to_device(a.reply_pos[s])] = self.owned[s].data
-        rows, _ = c.codecs.alltoallv_forward(c.comm, reply, a.group_counts[g])
-        self._place_group(out, g, ids, rows)
+        return reply
+
+    def _arrive(self, out, y, started):
+        """Place the rows of each started group as they arrive, then fill the output ``y`` made from ``out``."""
+        for g, ids, pending in started:
+            self._place_group(out, g, ids, pending.wait()[0])
+        if self.c.layout.mixed:  # the output is a gather of out's columns, not a view of it
+            y[...] = self.c.layout.outward(out, self.B)
 
     def _place_group(self, out, g, ids, rows):
         """Write the ``rows`` that came back for group ``g`` (in this rank's send order) of streams ``ids``."""

@@ -12,6 +12,7 @@ of times, in the same mode: each call is a set of collectives.
 import numpy as np
 
 from gpuemb.autograd import Tensor, backend, is_grad_enabled
+from gpuemb.autograd.arriving import ArrivingTensor
 from gpuemb.comm import CommCodecs
 from gpuemb.nn.module import Module
 from gpuemb.io.jagged import JaggedFeatures
@@ -97,7 +98,8 @@ class ShardedEmbeddingCollection(Module):
             bags = local_bags(sparse, self.n_features, self.shared, self.hotness, self.mode)
             op = ShardedPooledLookup(self, bags, self.training)
         record = self.training and is_grad_enabled()
-        return op.apply(Tensor(backend.xp.zeros(0, np.float32), requires_grad=record))
+        y = op.apply(Tensor(backend.xp.zeros(0, np.float32), requires_grad=record))
+        return ArrivingTensor(y, op.arrive) if getattr(op, "arrive", None) else y  # rows still travelling
 
     def _single_keys(self, sparse):
         """Whether ``sparse`` is a key a feature (the plain exchange), not bags to pool."""

@@ -47,10 +47,11 @@ class Trainer:
         lr = self.optimizer.lr
         return lr, self.embedding_lr * lr / self.base_lr
 
-    def train_step(self, batch, after_forward=None):
+    def train_step(self, batch, after_forward=None, after_loss=None):
         """One step on ``batch`` (label, dense, sparse arrays); returns the loss as a float.
 
-        ``after_forward()``, if given, is called once the forward (and so every lookup of the step) is done."""
+        ``after_forward()``, if given, is called once the forward (and so every lookup of the step) is done, and
+        ``after_loss()`` once the loss is known on every rank, before the backward."""
         lr, embedding_lr = self.lrs
         with self.timer.step():
             for table in self.tables.values():
@@ -58,15 +59,15 @@ class Trainer:
             self.cluster.begin_step()
             self.model.train()
             if self.cluster.slices is None:
-                value = self._whole_step(batch, after_forward)
+                value = self._whole_step(batch, after_forward, after_loss)
             else:
-                value = self._sliced_step(batch, after_forward)
+                value = self._sliced_step(batch, after_forward, after_loss)
         self.step += 1
         self.samples += batch.rows * self.cluster.world_size
         self.cluster.end_step()
         return value
 
-    def _whole_step(self, batch, after_forward):
+    def _whole_step(self, batch, after_forward, after_loss):
         logits = self.model(batch.dense, batch.sparse)
         _after(after_forward)
         xp = get_array_module(logits.data)
@@ -79,6 +80,7 @@ class Trainer:
                                                       finite_flag(self.model, xp, self.optimizer)]))
             value = self.cluster.mean(float(local))  # the global batch's: every rank agrees whether it is finite
             self._check(value, finite)
+        _after(after_loss)
         self.optimizer.zero_grad()
         if self.scaler is None:
             loss.backward(on_ready=self.cluster.grad_ready)  # an overlapped allreduce starts its buckets in it
@@ -90,7 +92,7 @@ class Trainer:
             scaled_step(loss, self.optimizer, self.tables, self.scaler, self.cluster)
         return value
 
-    def _sliced_step(self, batch, after_forward):
+    def _sliced_step(self, batch, after_forward, after_loss):
         """``--deterministic``: the lookups once, the head slice by slice, the lookups' backward once on the slices'
         gradients, the dense gradients added in slice order (``slices.py``)."""
         slices = self.cluster.slices
@@ -103,6 +105,7 @@ class Trainer:
         with launches.phase("loss"):
             value = slices.loss(sums)
             self._check(value, backend.to_host(finite_flag(self.model, xp, self.optimizer)))
+        _after(after_loss)
         for e, gy in zip(embedded, gys):
             e.backward(gy)
         with launches.phase("communication"):
@@ -145,11 +148,11 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
 
 
-def _after(after_forward):
-    """Call the step's ``after_forward`` hook, if any: the pipeline's start of the next batch's prefetch."""
-    if after_forward is not None:
+def _after(hook):
+    """Call a step's hook, if any: the pipeline's start of the next batch's prefetch, or of its key exchange."""
+    if hook is not None:
         with launches.phase("prefetch"):
-            after_forward()
+            hook()
 
 
 def _finite(model, xp):
@@ -295,11 +298,12 @@ class Pipeline:
         """One training step; returns its loss. ``ahead``: prepare the next batch during it."""
         self._wait()
         batch, state = self._take()
-        hook = None
+        hook = route = None
         if ahead and (self._worker is not None or self.routed):
             self._ahead = (next(self._it), self.batches.state_dict())
-            hook = self._after_lookups(self._ahead[0].sparse)
-        loss = self.trainer.train_step(batch, after_forward=hook)
+            hook = self._submitter(self._ahead[0].sparse) if self._worker is not None else None
+            route = self._router(self._ahead[0].sparse) if self.routed else None
+        loss = self.trainer.train_step(batch, after_forward=hook, after_loss=route)
         self._state = state
         return loss
 
@@ -309,12 +313,16 @@ class Pipeline:
             return taken
         return next(self._it), self.batches.state_dict()
 
-    def _after_lookups(self, sparse):
-        def submit():
-            for collection in self.routed:  # on every rank at this point of the step: the same collectives' order
+    def _router(self, sparse):
+        def route():
+            # on every rank at this point of the step, so the collectives keep one order; after the loss's mean,
+            # not before it: that blocking allreduce would wait for these on the one communication thread
+            for collection in self.routed:
                 collection.route_ahead(sparse)
-            if self._worker is None:
-                return
+        return route
+
+    def _submitter(self, sparse):
+        def submit():
             # The room is read here, after step i's lookups and before its update: with step i's rows still
             # pinned, so the decision is the same however late the worker runs (the update unpins them).
             rooms = {id(t): t.room() for c in self.collections for t in c.stores}

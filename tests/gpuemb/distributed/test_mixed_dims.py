@@ -59,9 +59,9 @@ def test_distribute_keeps_a_models_tables_of_several_dims():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_tables_of_several_dims_shard_every_way_like_one_process(ranks, rng, mpiexec):
-    mpiexec(ranks, "mixed_dims.py", rng.integers(1 << 30))
+@pytest.mark.parametrize("ranks, overlapped", [(2, ()), (3, ()), (2, ("overlapped",))])
+def test_tables_of_several_dims_shard_every_way_like_one_process(ranks, overlapped, rng, mpiexec):
+    mpiexec(ranks, "mixed_dims.py", rng.integers(1 << 30), *overlapped)
 
 
 def records(path, kind):

@@ -2,7 +2,7 @@
 one of dim 6), sharded table-, row- and column-wise (the dim-16 table split into columns [0, 5) and [5, 16), the
 dim-8 one into [0, 3) and [3, 8)), each rank on its 1/W of a global batch, against one ``EmbeddingCollection`` of
 ``mixed_dims`` on the whole batch: single keys, then jagged bags summed and maxed; every forward ``[B, width]``,
-then every row of every shard. argv: a seed. Prints "rank R: ok".
+then every row of every shard. argv: a seed, and "overlapped" to run on an OverlappedCommunicator. Prints "rank R: ok".
 """
 import sys
 
@@ -75,6 +75,8 @@ def check(kind, mode, pooled, c, mine):
 
 def main():
     c = comm.init()
+    if sys.argv[2:] == ["overlapped"]:  # the rows arrive when the output is first read (exchange.py)
+        c = comm.OverlappedCommunicator(c)
     mine = slice(c.rank * G // c.world_size, (c.rank + 1) * G // c.world_size)
     for kind in ("table", "row", "column"):
         for mode, pooled in (("sum", False), ("sum", True), ("max", True)):

@@ -1,6 +1,7 @@
 """Run by test_overlap.py under ``mpiexec -n W``: a sharded DLRM trained a few steps on a blocking communicator,
 then again on an ``OverlappedCommunicator`` with every overlap on: the next batch's key exchange started during
-each step (``route_ahead``) and the dense allreduce in buckets during the backward. Both runs must be the same
+each step (``route_ahead``), the rows' all-to-all during the bottom MLP (checked: the rows had not arrived when it
+ran) and the dense allreduce in buckets during the backward. Both runs must be the same
 bits: every loss, dense parameter and row of this rank's shards.
 
 argv: the placement kind of the first three tables (table, row or column; the fourth is data-parallel), a seed.
@@ -18,7 +19,7 @@ from gpuemb.comm import OverlappedCommunicator
 from gpuemb.distributed import distribute, keys_ahead
 
 KIND, SEED, G, STEPS = sys.argv[1], int(sys.argv[2]), 24, 4
-TAKEN = []
+TAKEN, ARRIVED = [], []
 _take = keys_ahead.KeysAhead.take
 keys_ahead.KeysAhead.take = lambda self: TAKEN.append(1) or _take(self)
 
@@ -29,6 +30,11 @@ def train(c, overlap):
     mine = slice(r * b, (r + 1) * b)
     model = dlrm()
     allreduce = distribute(model, c, plan(KIND, W))
+    lookups, bottom = [], model.bottom.forward
+    collection_forward = model.embeddings.forward
+    model.embeddings.forward = lambda sparse: lookups.append(collection_forward(sparse)) or lookups[-1]
+    # what DLRM computes while the rows travel: the bottom MLP runs before the interaction reads them
+    model.bottom.forward = lambda x: ARRIVED.append(getattr(lookups[-1], "arrived", True)) or bottom(x)
     opt = optim.Adagrad(model.parameters(), 0.05)
     losses = []
     for step in range(STEPS):
@@ -48,10 +54,12 @@ def train(c, overlap):
 def main():
     c = comm.init()
     blocking = train(c, overlap=False)
-    assert not TAKEN
+    assert not TAKEN and all(ARRIVED), ARRIVED
+    ARRIVED.clear()
     over = OverlappedCommunicator(c)
     overlapped = train(over, overlap=True)
     assert len(TAKEN) == (STEPS - 1 if model_has_streams() else 0), TAKEN
+    assert len(ARRIVED) == STEPS and not any(ARRIVED), ARRIVED  # each step's rows were still on their way
     for a, b in zip(blocking[0], overlapped[0]):
         assert np.array_equal(a, b), f"rank {c.rank}: a loss moved: {a} against {b}"
     for a, b in zip(blocking[1], overlapped[1]):
