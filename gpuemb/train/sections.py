@@ -302,9 +302,9 @@ class DistributedSettings(Section):
                         "(compute, communication and exposed seconds a step): none, ib100 (InfiniBand HDR100), "
                         "ib400 (NDR), nvlink4 (H100 NVLink), or LAT_US:GBPS", kind="str", resumable=True)
     overlap_comm: bool = setting(False, "run the collectives on a thread of their own, so that they travel while "
-                                 "the step computes: the next batch's key exchange during this step, the dense "
-                                 "allreduce in buckets during the backward; the same bits as without "
-                                 "(docs/distributed.md, Overlap)", resumable=True)
+                                 "the step computes: the rows during the bottom MLP, the next batch's key exchange "
+                                 "during the backward, the dense allreduce in buckets during the backward; the same "
+                                 "bits as without (docs/distributed.md, Overlap)", resumable=True)
 
     def check(self):
         try:
