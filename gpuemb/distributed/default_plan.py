@@ -25,4 +25,5 @@ def plan_for(configs, world_size, n_features=None, rows=DEFAULT_ROWS, device_byt
     if sharding in HOST_KINDS:
         return plan_hosts(specs, world_size, local_ranks or world_size, sharding, max(batch_size, world_size), codec,
                           device_bytes)
-    return plan_tables(specs, [RankBudget(device_bytes)] * world_size, max(batch_size, world_size), codec, **planner)
+    return plan_tables(specs, [RankBudget(device_bytes)] * world_size, max(batch_size, world_size), codec,
+                       local_ranks=local_ranks, **planner)

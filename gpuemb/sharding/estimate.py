@@ -1,10 +1,10 @@
 """The time of a training step under a plan, per rank: compute from a device profile, communication from a
 modelled link, both under the data's key skew.
 
-``estimate_step(plan, link, profile, skews, hot, dense_bytes)`` follows the collectives the sharded step makes
-(``gpuemb/distributed/exchange.py``, single keys a feature), each on the link as ``gpuemb.comm.traffic`` puts it
-(messages and bytes of its algorithm plus the header) and timed by ``Link.seconds``, so a rank's communication is
-what a ``ModelledCommunicator`` over that link records as ``modelled_s``:
+``estimate_step(plan, link, profile, skews, hot, dense_bytes, local_link)`` follows the collectives the sharded
+step makes (``gpuemb/distributed/exchange.py``, single keys a feature), each on the link as ``gpuemb.comm.traffic``
+puts it (messages and bytes of its algorithm plus the header) and timed by ``Link.seconds``, so a rank's
+communication is what a ``ModelledCommunicator`` over that link records as ``modelled_s``:
 
 1. when a table is sharded: an alltoallv of the per-stream key counts (``S`` int64 to each peer), one of the keys
    (8 bytes a lookup), then per width of the streams one of the rows (forward) and one of their gradients
@@ -20,7 +20,16 @@ An alltoallv's bytes are the larger of what the rank sends and receives. Where r
 ``b·L`` times (``b = B/W``), a shard with a share ``q`` of the lookups gets ``b·L·q`` keys from it and returns
 ``m`` vectors: one a key unpooled, ``min(b·L·q, b·(1 - (1 - q)^L))`` pooled (the cost model's count). ``q`` is 1
 for a table- or column-wise shard and, row-wise, the owner's share under the skew (``KeySkew.owner_shares``: the
-hottest key's owner carries it on top of an even part); the hot rows' share stays on the requester.
+hottest key's owner carries it on top of an even part); the hot rows' share stays on the requester. A 2-D
+placement (``table_row``, ``grid``) is estimated as its column ranges, each row-wise over the ``n`` ranks of one
+host (a share of ``1/n`` each, or the skew's over ``n`` residues); a grid under row-wise Adagrad adds the per-key
+sums between the shards of one residue, as column shards do.
+
+Hosts: where the plan states ``local_ranks`` and ``local_link`` is given, an alltoallv's peers on the rank's own
+host are reached over ``local_link`` (e.g. NVLink) and the others over ``link`` (e.g. InfiniBand): each link
+carries one message a peer on it and the larger of what the rank sends and receives over it, and since the two
+links move data at once the collective takes the slower of the two. The header and the ring collectives
+(allreduce, allgather) cross hosts, so their hops wait on ``link``, and stay there.
 
 Compute on a rank: its shards gather one vector a lookup they serve (``N·d·itemsize``, pooled or not) at
 ``profile.gather_bps``, and update each unique row they hold, read and written whole (``U·2·row_bytes``), at
@@ -38,6 +47,7 @@ import numpy as np
 from gpuemb.comm import traffic
 
 from .cost import KEY_BYTES, row_bytes, unique_rows, vector_bytes
+from .plan import HOST_KINDS
 from .report import imbalance
 
 DENSE_BUCKET = 4 << 20  # GradientAllreduce's default bucket
@@ -86,8 +96,8 @@ class StepEstimate:
 class _Step:
     """The running sums of one estimate: per rank compute bytes, and per collective who sends whom what."""
 
-    def __init__(self, W):
-        self.W = W
+    def __init__(self, W, near=None):
+        self.W, self.near = W, near  # near[r, p]: p is another rank of r's host, on the local link (None: no hosts)
         self.gather, self.update = np.zeros(W), np.zeros(W)
         self.keys, self.sums = np.zeros((W, W)), np.zeros((W, W))  # [from, to] bytes
         self.fwd, self.bwd = defaultdict(lambda: np.zeros((W, W))), defaultdict(lambda: np.zeros((W, W)))
@@ -109,16 +119,29 @@ class _Step:
                 self.fwd[d][r, i] += v
                 self.bwd[d][i, r] += v
 
+    def split(self, r, sent, received):
+        """``(far, near)``: the (messages, bytes) of an alltoallv in which rank ``r`` sends ``sent[p]`` to each peer
+        ``p`` and receives ``received[p]``, on ``link`` and on the local link (None without hosts)."""
+        if self.near is None:
+            return traffic.alltoallv(self.W, sent.sum(), received.sum()), None
+        near = self.near[r]
+        far = ~near
+        far[r] = False
+        return ((int(far.sum()), max(sent[far].sum(), received[far].sum())),
+                (int(near.sum()), max(sent[near].sum(), received[near].sum())))
+
     def collectives(self, r, dense_bytes):
-        """``[(tag, (messages, bytes))]``: the collectives rank ``r`` makes, each by ``traffic``'s algorithm."""
+        """``[(tag, far, near, sent)]``: the collectives rank ``r`` makes, each's (messages, bytes) on ``link`` and
+        on the local link (None: none there) by ``traffic``'s algorithm, and the bytes it sends."""
         W, out = self.W, []
 
         def a2a(tag, m):  # m[from, to]: no rank sends to itself
-            out.append((tag, traffic.alltoallv(W, m[r].sum(), m[:, r].sum()), m[r].sum()))
+            out.append((tag, *self.split(r, m[r], m[:, r]), m[r].sum()))
 
         if self.streams:
-            counts = (W - 1) * self.streams * 8
-            out.append(("a2a_keys", traffic.alltoallv(W, counts, counts), counts))
+            counts = np.full(W, self.streams * 8.0)
+            counts[r] = 0
+            out.append(("a2a_keys", *self.split(r, counts, counts), counts.sum()))
             a2a("a2a_keys", self.keys)
             for d in sorted(self.fwd, reverse=True):
                 a2a("a2a_fwd", self.fwd[d])
@@ -128,24 +151,17 @@ class _Step:
                 a2a("column_sums", self.sums)
         if self.dp_tables:
             for n in (self.dp_tables * 8, self.dp_lookups * 8, self.dp_lookups * self.dp_width * GRAD_BYTES):
-                out.append(("dp_allgather", traffic.allgather(W, (W - 1) * n), n * (W - 1)))
+                out.append(("dp_allgather", traffic.allgather(W, (W - 1) * n), None, n * (W - 1)))
         for tag, n in (("hot_allreduce", self.hot_grad_bytes), ("allreduce", dense_bytes)):
             for k in range(math.ceil(n / DENSE_BUCKET) if tag == "allreduce" else int(n > 0)):
                 part = min(DENSE_BUCKET, n - k * DENSE_BUCKET) if tag == "allreduce" else n
-                out.append((tag, traffic.allreduce(W, part), 2 * (W - 1) * part / W))
-        out.append(("loss", traffic.allreduce(W, LOSS_BYTES), 2 * (W - 1) * LOSS_BYTES // W))
+                out.append((tag, traffic.allreduce(W, part), None, 2 * (W - 1) * part / W))
+        out.append(("loss", traffic.allreduce(W, LOSS_BYTES), None, 2 * (W - 1) * LOSS_BYTES // W))
         return out
 
 
-KINDS = ("table", "row", "column", "data")  # the placements the estimate follows
-
-
-def _check(plan, link, profile, skews, hot, dense_bytes):
+def _check(plan, link, profile, skews, hot, dense_bytes, local_link):
     names = {p.table.name for p in plan.placements}
-    for p in plan.placements:
-        if p.kind not in KINDS:
-            raise ValueError(f"estimate_step: table {p.table.name!r} is placed {p.kind}, which the estimate does not "
-                             f"follow yet; estimate plans of {', '.join(KINDS)} placements")
     for what, given in (("skews", skews), ("hot", hot)):
         unknown = sorted(set(given) - names)
         if unknown:
@@ -157,20 +173,35 @@ def _check(plan, link, profile, skews, hot, dense_bytes):
                              "wise; replicate hot rows of table- or row-wise tables only")
     if not (isinstance(dense_bytes, (int, float)) and dense_bytes >= 0):
         raise ValueError(f"estimate_step: dense_bytes={dense_bytes!r}; use bytes >= 0 (the dense gradients)")
-    for obj in (link, profile):
-        obj.validate()
+    for obj in (link, profile, local_link):
+        if obj is not None:
+            obj.validate()
 
 
-def estimate_step(plan, link, profile, skews=None, hot=None, dense_bytes=0):
+def _near(plan, local_link):
+    """``[W, W]``: whether two distinct ranks share a host whose ranks talk over ``local_link``; None where the
+    plan states no hosts or no local link is given."""
+    L, W = plan.local_ranks, plan.world_size
+    if local_link is None or L is None:
+        return None
+    host = np.arange(W) // L
+    return (host[:, None] == host[None, :]) & ~np.eye(W, dtype=bool)
+
+
+def estimate_step(plan, link, profile, skews=None, hot=None, dense_bytes=0, local_link=None):
     """A ``StepEstimate`` of ``plan``'s step over ``link`` (a ``gpuemb.comm.link.Link``) on ``profile`` (a
     ``DeviceProfile``); ``skews``: ``{table: KeySkew}`` (absent: no skew known, the cost model's bounds); ``hot``:
     ``{table: HotRows}`` replicated on every rank (``hot.py``); ``dense_bytes``: the dense gradients allreduced a
-    step. See the module docstring."""
+    step; ``local_link``: the link between the ranks of one host (``plan.local_ranks``), None: every peer over
+    ``link``. See the module docstring."""
     skews, hot = dict(skews or {}), dict(hot or {})
-    _check(plan, link, profile, skews, hot, dense_bytes)
+    _check(plan, link, profile, skews, hot, dense_bytes, local_link)
     W, B = plan.world_size, plan.batch_size
     b = B / W
-    st = _Step(W)
+    near = _near(plan, local_link)
+    if near is not None and plan.local_ranks == W:
+        link, near = local_link, None  # one host: every peer is on the local link
+    st = _Step(W, near)
     row_tables = 0
     for p in plan.placements:
         spec, skew = p.table, skews.get(p.table.name)
@@ -188,31 +219,38 @@ def estimate_step(plan, link, profile, skews=None, hot=None, dense_bytes=0):
             st.update += min(h, U) * 2 * row_bytes(spec)
             st.hot_grad_bytes += h * spec.dim * GRAD_BYTES
             U = max(U - h, 0.0)
-        if p.kind == "row":
-            owners = (skew.owner_shares(spec.rows, W, row_tables % W, h) if skew else
-                      np.full(W, (1 - hot_share) / W))
+        ranges = sorted({s.cols for s in p.shards})
+        if p.kind == "row" or p.kind in HOST_KINDS:  # each column range row-wise over its n ranks
+            n = len(p.shards) // len(ranges)
+            owners = (skew.owner_shares(spec.rows, n, row_tables % n, h) if skew else
+                      np.full(n, (1 - hot_share) / n))
             row_tables += 1
-            st.streams += 1
+            st.streams += len(ranges)
             for s in p.shards:
-                st.serve(spec, s, owners[s.residue], U / W, b, plan.codec)
-            continue
-        st.streams += len(p.shards)
-        for s in p.shards:
-            st.serve(spec, s, 1 - hot_share, U, b, plan.codec)
-        if p.kind == "column" and spec.rule == "RowwiseAdagradRule":
-            st.coupled = True
+                st.serve(spec, s, owners[s.residue], U / n, b, plan.codec)
+        else:
+            n = 1
+            st.streams += len(p.shards)
+            for s in p.shards:
+                st.serve(spec, s, 1 - hot_share, U, b, plan.codec)
+        if p.kind in ("column", "grid") and len(ranges) > 1 and spec.rule == "RowwiseAdagradRule":
+            st.coupled = True  # the shards of one residue, one a column range, add up each key's sums
             for s in p.shards:
                 for t in p.shards:
-                    if t.rank != s.rank:
-                        st.sums[s.rank, t.rank] += U * SUM_BYTES
+                    if t.rank != s.rank and t.residue == s.residue:
+                        st.sums[s.rank, t.rank] += U / n * SUM_BYTES
     ranks = []
     for r in range(W):
         colls = st.collectives(r, dense_bytes)
         sent = defaultdict(float)
         messages, nbytes, comm_s = 0, 0.0, 0.0
-        for tag, payload, out in colls:
-            m, n = traffic.with_header(W, payload)
-            messages, nbytes, comm_s = messages + m, nbytes + n, comm_s + link.seconds(m, n)
+        for tag, far, close, out in colls:
+            m, n = traffic.with_header(W, far)
+            seconds = link.seconds(m, n)
+            if close is not None:  # the two links move at once: the slower one sets the collective's time
+                seconds = max(seconds, local_link.seconds(*close))
+                m, n = m + close[0], n + close[1]
+            messages, nbytes, comm_s = messages + m, nbytes + n, comm_s + seconds
             sent[tag] += out
         ranks.append(RankTime(float(st.gather[r]), float(st.update[r]),
                               profile.seconds(st.gather[r], st.update[r]), messages, nbytes, comm_s, dict(sent)))

@@ -11,6 +11,8 @@ The rules, in order:
      make the per-shard index cheap to repeat, and every shard sees every key, so hot keys cannot skew it;
    - table-wise on the least loaded rank whose device holds it;
    - row-wise, one shard per rank by key hash, when no rank's device holds it but every rank holds its share;
+     over several hosts (``local_ranks`` < W), table-row-wise instead (rows over the ranks of the least loaded
+     host whose devices hold them) where that step is estimated faster (``_faster_over_hosts``);
    - then the same two again with tiers: a shard that does not fit a rank's device is homed in host memory, else
      on ssd, under a device cache. The cache takes at least the unique rows of ``PREFETCH_BATCHES`` batches (the
      batch being trained and the one prefetched) and at most ``cache_fraction`` of the rows, and while tables are
@@ -24,15 +26,22 @@ import math
 
 from gpuemb.autograd.checks import fail
 
+from gpuemb.comm.link import PRESETS as LINKS
+
 from .cost import (CODEC_BYTES, DEVICE_KEY_BYTES, HOMES, Memory, RankCost, human_bytes, placement_costs, row_bytes,
                    shard_memory, unique_rows)
-from .plan import Placement, Plan, Shard
+from .estimate import estimate_step
+from .hierarchical import check_hosts, host_placement_costs, table_row_placement
+from .plan import HOST_KINDS, Placement, Plan, Shard
+from .profile import PROFILES
 from .spec import RankBudget, TableSpec
 
 COLUMN_MIN_DIM = 512
 COLUMN_MAX_ROWS = 1 << 20
 COLUMN_WIDTH = 128
 PREFETCH_BATCHES = 2
+# what the planner weighs table_row against row-wise with: hosts joined by HDR100 InfiniBand, NVLink within one
+HOST_LINK, LOCAL_LINK, PROFILE = LINKS["ib100"], LINKS["nvlink4"], PROFILES["h200"]
 
 
 class PlanError(ValueError):
@@ -42,9 +51,9 @@ class PlanError(ValueError):
 class _Ranks:
     """The planner's running state: each rank's free memory and its cost so far."""
 
-    def __init__(self, budgets, batch_size, codec, cache_fraction):
+    def __init__(self, budgets, batch_size, codec, cache_fraction, local_ranks=None):
         self.budgets, self.batch_size, self.codec, self.cache_fraction = budgets, batch_size, codec, cache_fraction
-        self.W = len(budgets)
+        self.W, self.local_ranks = len(budgets), local_ranks or len(budgets)
         self.free = [Memory(b.device_bytes, b.host_bytes, b.ssd_bytes) for b in budgets]
         self.cost = [RankCost() for _ in budgets]
         self.reserve = 0  # device bytes per rank that caches leave for the tables still to come
@@ -54,7 +63,10 @@ class _Ranks:
         return sorted(range(self.W), key=lambda r: (self.cost[r].load, self.cost[r].memory.device, r))
 
     def commit(self, placement):
-        for r, c in enumerate(placement_costs(placement, self.W, self.batch_size, self.codec)):
+        if placement is None:
+            return None
+        costs = host_placement_costs if placement.kind in HOST_KINDS else placement_costs
+        for r, c in enumerate(costs(placement, self.W, self.batch_size, self.codec)):
             self.cost[r] += c
             self.free[r] -= c.memory
         return placement
@@ -117,6 +129,7 @@ def _table(st, spec, homes):
 
 
 def _row(st, spec, homes):
+    """The row-wise placement of ``spec`` over every rank, not yet committed; None where a share does not fit."""
     shards = []
     for r in range(st.W):
         rows = spec.rows // st.W + (r < spec.rows % st.W)
@@ -127,7 +140,45 @@ def _row(st, spec, homes):
     why = f"row-wise over {st.W} ranks by key hash: " + (
         "as asked" if spec.sharding == "row" else
         f"no rank has room for all {human_bytes(shard_memory(spec, spec.rows).device)}") + _tiered(shards)
-    return st.commit(Placement(spec, "row", tuple(shards), why))
+    return Placement(spec, "row", tuple(shards), why)
+
+
+def _table_row(st, spec):
+    """``spec`` row-wise over the ranks of the least loaded host whose devices hold its shards, not yet committed;
+    None where no host has room."""
+    L = st.local_ranks
+    load = [sum(st.cost[r].load for r in range(h * L, (h + 1) * L)) for h in range(st.W // L)]
+    for host in sorted(range(st.W // L), key=lambda h: (load[h], h)):
+        p = table_row_placement(spec, host, L)
+        if all(shard_memory(spec, s.rows).fits(st.free[s.rank]) for s in p.shards):
+            return p
+    return None
+
+
+def _faster_over_hosts(st, row, table_row):
+    """``table_row`` where its step is estimated faster than ``row``'s, else ``row`` (either may be None).
+
+    A table_row table leaves the other hosts' ranks to the tables placed after it, which go to the least loaded
+    host, so the planner compares one copy of the table on each host, table-row-wise, with as many row-wise
+    copies: the tables' lookups then cross between hosts once, not once a host, for the same compute and memory.
+    The estimate (``estimate.py``, no skew) puts the hosts on ``HOST_LINK`` and a host's ranks on ``LOCAL_LINK``.
+    """
+    if row is None or table_row is None:
+        return row or table_row
+    L, spec = st.local_ranks, row.table
+    copies = [dataclasses.replace(spec, name=f"{spec.name}@{h}") for h in range(st.W // L)]
+
+    def step_s(placements):
+        plan = Plan(st.budgets, tuple(placements), st.batch_size, st.codec, L)
+        return estimate_step(plan, HOST_LINK, PROFILE, local_link=LOCAL_LINK).step_s
+
+    wide = step_s(dataclasses.replace(row, table=c) for c in copies)
+    hosts = step_s(table_row_placement(c, h, L) for h, c in enumerate(copies))
+    if hosts >= wide:
+        return row
+    return dataclasses.replace(table_row, reason=f"{table_row.reason}: no rank has room for all "
+                               f"{human_bytes(shard_memory(spec, spec.rows).device)}, and a step is estimated "
+                               f"{wide / hosts:.2f}x faster than row-wise over all {st.W} ranks")
 
 
 def _column(st, spec, why):
@@ -151,8 +202,12 @@ def _place(st, spec):
         if placed or kind == "column":
             return placed
     table_ok, row_ok = kind in ("auto", "table"), kind == "row" or (kind == "auto" and W > 1)
-    return ((table_ok and _table(st, spec, ("device",))) or (row_ok and _row(st, spec, ("device",)))
-            or (table_ok and _table(st, spec, ("host", "ssd"))) or (row_ok and _row(st, spec, HOMES)) or None)
+    hosts_ok = kind == "auto" and st.local_ranks < W
+    return ((table_ok and _table(st, spec, ("device",)))
+            or (row_ok and st.commit(_faster_over_hosts(st, _row(st, spec, ("device",)),
+                                                        hosts_ok and _table_row(st, spec) or None)))
+            or (table_ok and _table(st, spec, ("host", "ssd"))) or (row_ok and st.commit(_row(st, spec, HOMES)))
+            or None)
 
 
 def _grow_caches(st, placement):
@@ -227,12 +282,16 @@ def _check(tables, budgets, batch_size, codec, dp_max_bytes, cache_fraction):
         fail(owner, f"cache_fraction={cache_fraction!r}; use a number in (0, 1]")
 
 
-def plan_tables(tables, budgets, batch_size=65536, codec="fp32", dp_max_bytes=1 << 20, cache_fraction=0.25):
+def plan_tables(tables, budgets, batch_size=65536, codec="fp32", dp_max_bytes=1 << 20, cache_fraction=0.25,
+                local_ranks=None):
     """A ``Plan`` of ``tables`` (TableSpecs) over ranks with ``budgets`` (one RankBudget each), for steps of
-    ``batch_size`` samples over all ranks whose embedding all-to-alls use ``codec``; see the module docstring."""
+    ``batch_size`` samples over all ranks whose embedding all-to-alls use ``codec``, on hosts of ``local_ranks``
+    ranks each (None: one host); see the module docstring."""
     tables, budgets = list(tables), tuple(budgets)
     _check(tables, budgets, batch_size, codec, dp_max_bytes, cache_fraction)
-    st = _Ranks(budgets, batch_size, codec, cache_fraction)
+    if local_ranks is not None:
+        check_hosts(len(budgets), local_ranks, "plan_tables: local_ranks")
+    st = _Ranks(budgets, batch_size, codec, cache_fraction, local_ranks)
     placed, rest = {}, []
     for t in tables:
         small = t.sharding == "auto" and shard_memory(t, t.rows).device <= dp_max_bytes
@@ -250,4 +309,4 @@ def plan_tables(tables, budgets, batch_size=65536, codec="fp32", dp_max_bytes=1 
         placed[t.name] = _place(st, t)
         if placed[t.name] is None:
             raise _no_fit_error(st, t, tables)
-    return Plan(budgets, tuple(_grow_caches(st, placed[t.name]) for t in tables), batch_size, codec)
+    return Plan(budgets, tuple(_grow_caches(st, placed[t.name]) for t in tables), batch_size, codec, local_ranks)

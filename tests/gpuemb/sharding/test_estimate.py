@@ -92,3 +92,65 @@ def test_bad_input_is_one_line(kwargs, message):
     with pytest.raises(ValueError, match=r"^estimate_step: ") as e:
         estimate_step(two_tables(), LINK, PROFILE, **kwargs)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+NEAR = Link("near", 2e-6, 10e9)  # the local link of a host: 2 us a message, 10 GB/s
+HEADER = (3, 3 * (8 + 4) * 8)  # 4 ranks: the header's ring allgather of (8 + W) int64, on the inter-host link
+
+
+def two_hosts(kind, rule="SGDRule"):
+    """Table t (1000 rows of dim 4, one unpooled lookup a sample) placed ``kind`` over 2 hosts of 2 ranks, a global
+    batch of 8 (2 samples a rank): table_row on host 0's ranks 0 and 1; grid, columns [0, 2) there and [2, 4) on
+    ranks 2 and 3."""
+    spec = TableSpec("t", 1000, 4, pooling=None, rule=rule)
+    ranges = [(0, 4)] if kind == "table_row" else [(0, 2), (2, 4)]
+    shards = tuple(Shard(2 * h + i, 500, cols, residue=i) for h, cols in enumerate(ranges) for i in range(2))
+    return Plan((RankBudget(10 ** 9),) * 4, (Placement(spec, kind, shards),), 8, "fp32", local_ranks=2)
+
+
+def far_near(collectives):
+    """comm_s of ``[(far (messages, bytes), near (messages, bytes))]``: each collective the slower of its links."""
+    return sum(max(LINK.seconds(far[0] + HEADER[0], far[1] + HEADER[1]), NEAR.seconds(*near))
+               for far, near in collectives)
+
+
+def test_table_row_over_two_hosts_by_hand():
+    est = estimate_step(two_hosts("table_row"), LINK, PROFILE, local_link=NEAR)
+    # each owner serves half of every rank's 2 lookups (1 key, 1 row of 16 B per requester) and 4 unique rows;
+    # an alltoallv puts one message on the local link (the host's other rank) and two on the inter-host link
+    owner, far = est.ranks[0], est.ranks[2]
+    assert (owner.gather_bytes, owner.update_bytes, far.gather_bytes, far.update_bytes) == (64, 128, 0, 0)
+    loss = ((6, 12), (0, 0))  # allreduce of 8 bytes over 4 ranks, ring, all on the inter-host link
+    # counts 8 B a peer; owner 0: keys to rank 1, 8 from each peer; rows to every peer, 16 from rank 1; gradients
+    # to rank 1, 16 from every peer
+    mine = [((2, 16), (1, 8)), ((2, 16), (1, 8)), ((2, 32), (1, 16)), ((2, 32), (1, 16)), loss]
+    assert owner.comm_s == pytest.approx(far_near(mine), rel=1e-12)
+    assert owner.sent == {"a2a_keys": 24 + 8, "a2a_fwd": 48, "a2a_bwd": 16, "loss": 12}
+    # rank 2 keeps nothing: its keys (8 B) and gradients (16 B) go to both owners, over the inter-host link
+    theirs = [((2, 16), (1, 8)), ((2, 16), (1, 0)), ((2, 32), (1, 0)), ((2, 32), (1, 0)), loss]
+    assert far.comm_s == pytest.approx(far_near(theirs), rel=1e-12)
+    assert far.sent == {"a2a_keys": 24 + 16, "a2a_fwd": 0, "a2a_bwd": 32, "loss": 12}
+    assert (owner.messages, owner.link_bytes) == (4 * 6 + 9, 4 * HEADER[1] + 16 + 8 + 16 + 8 + 32 + 16 + 32 + 16
+                                                  + 12 + HEADER[1])
+
+
+def test_grid_over_two_hosts_by_hand():
+    est = estimate_step(two_hosts("grid"), LINK, PROFILE, local_link=NEAR)
+    # every rank holds half the rows of 2 columns: serves 1 key of each rank's 2 (a row of 8 B), 4 unique rows
+    # of 8 B; 2 streams (16 B of counts a peer); keys, rows and gradients 8 B a peer, 1 peer near, 2 far
+    loss = ((6, 12), (0, 0))
+    want = far_near([((2, 32), (1, 16)), ((2, 16), (1, 8)), ((2, 16), (1, 8)), ((2, 16), (1, 8)), loss])
+    for r in est.ranks:
+        assert (r.gather_bytes, r.update_bytes) == (32, 64)
+        assert r.comm_s == pytest.approx(want, rel=1e-12)
+        assert r.sent == {"a2a_keys": 48 + 24, "a2a_fwd": 24, "a2a_bwd": 24, "loss": 12}
+    # under row-wise Adagrad the shards of one residue add up their 4 keys' sums (8 B each) across the hosts
+    coupled = estimate_step(two_hosts("grid", "RowwiseAdagradRule"), LINK, PROFILE, local_link=NEAR)
+    assert [r.sent["column_sums"] for r in coupled.ranks] == [32] * 4
+
+
+def test_without_a_local_link_every_peer_is_on_the_link():
+    one, split = (estimate_step(two_hosts("table_row"), LINK, PROFILE, local_link=k) for k in (None, NEAR))
+    assert [r.sent for r in one.ranks] == [r.sent for r in split.ranks]
+    # rank 2's keys: 3 messages, 16 B on the one link instead of 2 far and 1 near
+    assert one.ranks[2].messages == split.ranks[2].messages and one.ranks[2].comm_s != split.ranks[2].comm_s
