@@ -45,7 +45,13 @@ class Function:
     ``forward`` returns an array or a tuple of arrays and keeps on ``self`` only what ``backward`` needs.
     ``backward`` returns one gradient per input (``None`` for inputs without one). Inputs that are not Tensors
     (Python scalars, raw arrays) are constants: they reach ``forward`` as they are and get no gradient.
+
+    ``early_backward``: among the Functions whose backward may run next, run this one first, as soon as its output
+    gradients are complete. A sharded lookup sets it: its backward sends the gradients to their rows' owners, which
+    then travel while the rest of the backward (the bottom MLP's) computes.
     """
+
+    early_backward = False
 
     def apply(self, *inputs):
         arrays = [x.data if isinstance(x, Tensor) else x for x in inputs]
@@ -86,9 +92,10 @@ def _topological_order(root_fn):
             continue
         visited.add(id(fn))
         stack.append((fn, True))
-        for x in fn.inputs:
-            parent = x.creator if isinstance(x, Tensor) else None
-            if parent is not None and id(parent) not in visited:
+        parents = [x.creator for x in fn.inputs if isinstance(x, Tensor) and x.creator is not None]
+        # pushed first, visited last, finished last: in the reversed order an early_backward parent comes first
+        for parent in sorted(parents, key=lambda p: not p.early_backward):
+            if id(parent) not in visited:
                 stack.append((parent, False))
     return order[::-1]
 

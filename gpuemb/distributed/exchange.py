@@ -37,6 +37,8 @@ class ShardedLookup(Function):
     (int64, mixed per feature where features share a table). ``anchor`` is a leaf that requires a gradient
     exactly when this step trains, so the tape records the op; it gets no gradient."""
 
+    early_backward = True  # the gradients leave for their owners before the bottom MLP's backward runs
+
     def __init__(self, collection, keys, training, routed=None):
         self.c, self.keys, self.training, self.routed = collection, keys, training, routed
         self.B, self.F = keys.shape
