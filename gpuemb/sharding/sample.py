@@ -1,6 +1,8 @@
 """The key skew of each table, measured from a sample of HDF5 shard rows (``gpuemb.io`` shards, as the converter
 writes them): a table reads the sparse column of its own name (C1..C26 for Criteo), every id of a multi-hot one.
 """
+import os
+
 import numpy as np
 
 from gpuemb.io.shards import ShardSource
@@ -11,6 +13,10 @@ from .skew import KeySkew
 def sample_skews(data, tables, rows=100_000):
     """``{table name: KeySkew}`` from the first ``rows`` rows of the shards at ``data`` (a shard, a folder of
     shards), for ``tables`` (TableSpecs); ValueError in one line when a table has no column there."""
+    if not isinstance(rows, int) or rows < 1:
+        raise ValueError(f"--sample {data}: rows={rows!r}; read at least 1 row")
+    if not os.path.exists(data):  # else the shard reader says only that the path holds no shards
+        raise ValueError(f"--sample {data}: no such file or folder; give a shard or a folder of shards")
     with ShardSource(data) as source:
         layout = source.layout
         names, hotness = layout.sparse_names, layout.hotness or (1,) * len(layout.sparse_names)
