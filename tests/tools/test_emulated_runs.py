@@ -92,8 +92,12 @@ def test_a_checkpoint_on_the_emulated_device_resumes_to_the_same_run(mpi_run, tm
     assert_same_run(run(mpi_run, tmp_path, "cpu", "cpu", *args("cpu")), whole)
 
 
-def test_two_ranks_with_nccl_on_the_emulated_device_equal_mpi_on_the_cpu(mpi_run, tmp_path):
-    args = [*MODELS["dlrm"], "--tables", "per-feature"]
+@pytest.mark.parametrize("overlap", [[], ["--overlap-comm", "--steps", "3", "--eval-every", "3"]],
+                         ids=["blocking", "overlapped"])
+def test_two_ranks_with_nccl_on_the_emulated_device_equal_mpi_on_the_cpu(overlap, mpi_run, tmp_path):
+    """Overlapped (docs/distributed.md, "Overlap"): the rows arrive on device arrays, step 2 takes its keys sent
+    during step 1, and the buckets go during the backward, over the emulated NCCL."""
+    args = [*MODELS["dlrm"], "--tables", "per-feature", *overlap]
     cpu = run(mpi_run, tmp_path, "cpu", "cpu", *args, "--comm-backend", "mpi", ranks=2)
     emulated = run(mpi_run, tmp_path, "nccl", "emulated", *args, "--comm-backend", "nccl", ranks=2)
     assert_same_run(cpu, emulated)
