@@ -7,6 +7,7 @@ one line too, and its ``__main__`` block is ``run(main)``. What reaches the top:
 - SIGTERM (Slurm, Kubernetes, systemd): raised in the main thread as :class:`Terminated`, a KeyboardInterrupt, so
   it unwinds as a Ctrl-C does (temporary folders removed, the last checkpoint kept), then exit 143;
 - a missing optional package: the extra that brings it, exit 2;
+- its output closed under it (``tool | head``): one line, exit 141, as a shell's SIGPIPE;
 - MemoryError, and any other error: its line, exit 1; with ``GPUEMB_TRACEBACK=1`` its traceback above it.
 
 A tool catches the errors it knows itself (a bad flag exits 2 with its own line); this is the floor beneath them.
@@ -52,6 +53,8 @@ def line_of(error):
         top = error.name.split(".")[0]
         how = f"pip install -e '.[{EXTRAS[top]}]'" if top in EXTRAS else f"pip install {top}, or pip install -e ."
         return f"{_prog()}: error: this needs {top}, which is not installed; {how}", 2
+    if isinstance(error, BrokenPipeError):  # `tool | head`: the reader had what it wanted
+        return f"{_prog()}: stopped: its output was closed before it finished (a pipe into head?)", 128 + 13
     if isinstance(error, MemoryError):
         return (f"{_prog()}: error: out of memory ({_text(error) or 'no size given'}); ask for less (smaller "
                 "sizes, fewer rows or a smaller batch), or run where more memory is free"), 1
@@ -64,7 +67,10 @@ def line_of(error):
 def _report(error):
     """Print ``error``'s line (or, with GPUEMB_TRACEBACK=1, its traceback); returns the exit code."""
     text, code = line_of(error)
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # nothing more can reach a closed pipe; nor may the exit's own flush try again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if os.environ.get("GPUEMB_TRACEBACK") == "1":
         traceback.print_exception(error)
     print(text, file=sys.stderr, flush=True)
@@ -93,6 +99,6 @@ def run(main):
     error goes on to the hook ``guard`` installed."""
     try:
         code = main()
-    except KeyboardInterrupt as e:
+    except (KeyboardInterrupt, BrokenPipeError) as e:
         code = _report(e)
     sys.exit(code)

@@ -69,6 +69,19 @@ def _entry():
     return module
 
 
+def test_a_closed_output_is_one_line_and_the_shells_sigpipe_code(tmp_path):
+    script = tmp_path / "talk.py"
+    script.write_text(f"import sys, time; sys.path.insert(0, {str(TOOLS)!r}); import _entry; _entry.guard()\n"
+                      "def main():\n    print('first', flush=True)\n    time.sleep(0.5)\n"
+                      "    for _ in range(100000):\n        print('more')\n_entry.run(main)\n")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "first\n"
+    p.stdout.close()  # the reader goes, as head does after its lines
+    err = p.stderr.read()
+    assert p.wait(60) == 141, err
+    assert err == "talk.py: stopped: its output was closed before it finished (a pipe into head?)\n", err
+
+
 def test_memory_and_unexpected_errors_are_one_line_naming_where():
     entry = _entry()
     line, code = entry.line_of(MemoryError("Unable to allocate 8 GiB"))
