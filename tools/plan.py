@@ -39,7 +39,7 @@ from gpuemb.comm.link import CHOICES as LINKS, parse_link  # noqa: E402
 from gpuemb.sharding.cost import CODEC_BYTES, activation_bytes, human_bytes  # noqa: E402
 from gpuemb.sharding.estimate import estimate_step  # noqa: E402
 from gpuemb.sharding.hot import choose_hot_rows  # noqa: E402
-from gpuemb.sharding.plan import Plan  # noqa: E402
+from gpuemb.sharding.plan import load_plan  # noqa: E402
 from gpuemb.sharding.planner import PlanError, plan_tables  # noqa: E402
 from gpuemb.sharding.profile import PROFILES  # noqa: E402
 from gpuemb.sharding.presets import PRESETS, preset_tables  # noqa: E402
@@ -155,17 +155,6 @@ def load_tables(path):
     except TypeError as e:  # an unknown or missing field
         raise ValueError(f"{path}: {e}; a table has the fields name, rows, dim, lookups_per_sample, pooling, "
                          "dtype, rule, sharding") from e
-
-
-def load_plan(path, world_size):
-    """The Plan that ``--json`` wrote to ``path``, refused in one line when it is for another ``world_size`` (0:
-    any)."""
-    with open(path) as f:
-        plan = Plan.from_json(f.read())
-    if world_size and plan.world_size != world_size:
-        raise ValueError(f"--plan {path} is for {plan.world_size} ranks, not --world-size {world_size}; plan again "
-                         "for the world you run in")
-    return plan
 
 
 def estimate_lines(args, plan):

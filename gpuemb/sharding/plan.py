@@ -18,14 +18,17 @@ the ranks of a host, the hosts holding ranks ``[h·L, (h + 1)·L)``; a plan with
 placements states it.
 
 ``to_json()``/``from_json()`` round-trip the decisions; the JSON also carries each rank's estimated costs
-(``cost.rank_costs``), to read, and ``from_json`` ignores them.
+(``cost.rank_costs``), to read, and ``from_json`` ignores them. ``load_plan`` reads such a file for a run
+(``tools/train.py --plan``, ``tools/plan.py --plan``): checked for the run's world size and tables, and refused in
+one line that names the file.
 """
 import json
+import reprlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from gpuemb.autograd.checks import fail
+from gpuemb.autograd.checks import fail, is_int
 from gpuemb.io.hashing import mix_array
 
 from .cost import CODEC_BYTES, HOMES, rank_costs
@@ -136,8 +139,13 @@ class Plan:
 
     @classmethod
     def from_json(cls, text):
-        """The plan ``to_json`` wrote (its ``ranks`` costs are derived, so they are not read)."""
-        d = json.loads(text)
+        """The plan ``to_json`` wrote (its ``ranks`` costs are derived, so they are not read); ValueError for
+        anything else, however malformed."""
+        try:
+            d = json.loads(text)
+        except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the parser's stack
+            raise ValueError(f"Plan.from_json: not JSON ({type(e).__name__}: {e}); give the JSON that "
+                             "Plan.to_json() (tools/plan.py --json) wrote") from None
         try:
             placements = tuple(
                 Placement(TableSpec.from_dict(p["table"]), p["kind"],
@@ -145,9 +153,57 @@ class Plan:
                 for p in d["placements"])
             return cls(tuple(RankBudget.from_dict(b) for b in d["budgets"]), placements, d["batch_size"], d["codec"],
                        d.get("local_ranks"))
-        except (KeyError, TypeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"Plan.from_json: not a plan ({type(e).__name__}: {e}); give the JSON that "
-                             "Plan.to_json() wrote") from e
+                             "Plan.to_json() (tools/plan.py --json) wrote") from e
+
+
+def load_plan(path, world_size=0, tables=None, world="--world-size"):
+    """The plan that ``tools/plan.py --json`` wrote to ``path``, checked against the run it is for; else a
+    ValueError of one line that names the file and says what to do.
+
+    world_size: the ranks it must be for (0: any), which the caller sets by ``world`` (``--world-size``,
+    ``mpiexec -n``); tables: the tables it must place, exactly (objects with ``name`` and ``dim``; None: any).
+    """
+    where = f"--plan {path}"
+    try:
+        with open(path, encoding="utf-8") as f:
+            plan = Plan.from_json(f.read())
+    except OSError as e:
+        raise ValueError(f"{where}: cannot read it ({e.strerror or e}); write one with tools/plan.py --json") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{where}: not text ({e.reason} at byte {e.start}); give the JSON that tools/plan.py --json "
+                         "wrote") from None
+    except ValueError as e:  # not JSON, or not a plan: the message says which
+        raise ValueError(f"{where}: {e}") from None
+    if world_size and plan.world_size != world_size:
+        raise ValueError(f"{where} is for {plan.world_size} ranks, not {world} {world_size}; plan again for the "
+                         "world you run in")
+    if tables is not None:
+        _check_tables(plan, where, tables)
+    return plan
+
+
+def _check_tables(plan, where, tables):
+    """Raise ValueError unless ``plan`` places exactly ``tables``, each at its dim."""
+    dims = {t.name: t.dim for t in tables}
+    planned = {p.table.name: p.table.dim for p in plan.placements}
+    missing, extra = [n for n in dims if n not in planned], [n for n in planned if n not in dims]
+    if missing or extra:
+        says = "; ".join(s for s in (missing and f"it has no table {_names(missing)}",
+                                     extra and f"the model has no table {_names(extra)}") if s)
+        raise ValueError(f"{where}: {says}; plan exactly the model's tables ({_names(list(dims))}), with "
+                         "tools/plan.py --config")
+    for name, dim in dims.items():
+        if planned[name] != dim:
+            raise ValueError(f"{where}: table {name} has dim {dim} in the model but {planned[name]} in the plan; "
+                             "plan each table at its dim")
+
+
+def _names(names, most=8):
+    """``names`` joined, the first ``most`` of them where there are more, each cut short (a file's may be long)."""
+    shown = [n if len(n) <= 40 else n[:37] + "..." for n in names[:most]]
+    return ", ".join(shown) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _check(plan):
@@ -157,25 +213,41 @@ def _check(plan):
         fail("Plan: budgets", "give one RankBudget per rank")
     if plan.codec not in CODEC_BYTES:
         fail("Plan: codec", f"{plan.codec!r}; use one of {', '.join(CODEC_BYTES)}")
-    if plan.local_ranks is not None and (not isinstance(plan.local_ranks, int) or plan.local_ranks < 1
-                                         or W % plan.local_ranks):
+    if plan.local_ranks is not None and (not is_int(plan.local_ranks, 1) or W % plan.local_ranks):
         fail("Plan: local_ranks", f"{plan.local_ranks!r} ranks a host do not divide the {W} ranks; give the ranks "
                                   "of one host, a divisor of the world size")
-    if not isinstance(plan.batch_size, int) or plan.batch_size < 1:
+    if not is_int(plan.batch_size, 1):
         fail("Plan: batch_size", f"{plan.batch_size!r}; use an int >= 1 (samples per step over all ranks)")
     names = [p.table.name for p in plan.placements]
     if len(set(names)) != len(names):
         fail("Plan: placements", f"table names repeat in {names}; give each table one placement")
     for p in plan.placements:
-        where = f"Plan: table {p.table.name!r}"
+        where = f"Plan: table {reprlib.repr(p.table.name)}"
         if p.kind not in KINDS:
             fail(where, f"kind {p.kind!r}; use one of {', '.join(KINDS)}")
         if not p.shards:
             fail(where, "no shards")
         for s in p.shards:
+            _check_fields(s, where)
             if not 0 <= s.rank < W or s.home not in HOMES or not 0 <= s.cols[0] < s.cols[1] <= p.table.dim:
-                fail(where, f"{s} needs a rank in [0, {W}), a home in {HOMES} and columns within [0, {p.table.dim})")
+                fail(where, f"{_shown(s)} needs a rank in [0, {W}), a home in {HOMES} and columns within "
+                            f"[0, {p.table.dim})")
         _check_kind(plan, p, where)
+
+
+def _check_fields(shard, where):
+    """Raise ValueError unless ``shard``'s fields have their types: a plan read from a file may hold anything."""
+    cols = shard.cols
+    if not (is_int(shard.rank) and is_int(shard.rows, 0) and is_int(shard.cache_rows, 0)
+            and (shard.residue is None or is_int(shard.residue, 0))
+            and isinstance(cols, tuple) and len(cols) == 2 and all(is_int(c) for c in cols)):
+        fail(where, f"{_shown(shard)} needs an int rank, int rows and cache_rows >= 0, an int residue >= 0 or none, "
+                    "and columns [start, stop) as two ints")
+
+
+def _shown(shard):
+    """``shard`` as its repr, each field cut short: a plan from a file may hold a number of a thousand digits."""
+    return f"Shard({', '.join(f'{k}={reprlib.repr(v)}' for k, v in vars(shard).items())})"
 
 
 def _check_kind(plan, p, where):

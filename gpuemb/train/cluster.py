@@ -13,6 +13,10 @@ Evaluation splits each eval batch by the same rule (``loader.rank_part``) and ga
 are those of the whole eval set. In a world of one every collective is the local communicator's: the part is the
 whole batch, a mean is the value itself.
 
+``--plan PLAN.json`` replaces the planner by a plan that ``tools/plan.py --json`` wrote for the launch's ranks (one
+rank included: a run of one process then shards its tables too), placing exactly the model's tables, those of every
+collection; ``sharding.plan.load_plan`` refuses any other in one line.
+
 With ``--deterministic N`` (``slices.py``) every world size, one included, shards its tables, and the step runs in
 N micro-slices whose gradients are added in slice order, so 1, 2 or 4 ranks train the same bits.
 """
@@ -24,8 +28,11 @@ import numpy as np
 
 from gpuemb.comm import CommCodecs, LocalCommunicator, OverlappedCommunicator
 from gpuemb.distributed import ShardedEmbeddingCollection, distribute
+from gpuemb.distributed.column import coupled_groups
 from gpuemb.distributed.dense import SliceGradients
 from gpuemb.io.loader import rank_part
+from gpuemb.sharding.plan import load_plan
+from gpuemb.store.collection import EmbeddingCollection
 
 from .errors import CheckpointError, ConfigError
 from .model import collections_of
@@ -43,9 +50,10 @@ class Cluster:
         self.comm, self.rank, self.world_size = comm, comm.rank, comm.world_size
         d = config.distributed
         self.codecs = CommCodecs(d.comm_codec, d.comm_codec_backward or d.comm_codec)
-        self.sharding, self.plan, self._dense = d.sharding, None, None
+        self.sharding, self.plan_file, self.plan, self._dense = d.sharding, d.plan, None, None
+        self.precision = config.optimization.precision
         self.deterministic, self.slices = config.run.deterministic, None  # N micro-slices; Slices once sharded
-        if self.deterministic and config.optimization.precision == "fp16":
+        if self.deterministic and self.precision == "fp16":
             raise ConfigError("--deterministic: --precision fp16 scales the loss and skips steps by what overflowed; "
                               "train in fp32 or bf16 for runs that are the same bits on any number of ranks")
         self._window, self._run = Counter(), Counter()  # bytes sent in train steps: since the last record, in all
@@ -79,8 +87,9 @@ class Cluster:
             where = f"on rank {p.shards[0].rank}" if p.kind == "table" else f"over {len(p.shards)} ranks"
             kinds[f"{p.kind.replace('_', '-')}-wise {where}" if p.kind != "data" else "replicated"] += 1
         placed = ", ".join(f"{n} {k}" for k, n in kinds.items())
+        source = f" (--plan {self.plan_file})" if self.plan_file else ""
         return (f"{self.world_size} ranks ({self.comm.name}); all-to-alls {self.codecs.forward} forward, "
-                f"{self.codecs.backward} backward; tables: {placed}")
+                f"{self.codecs.backward} backward; tables{source}: {placed}")
 
     # -- building -------------------------------------------------------------------------------------------------
     def check_batch(self, batch_size):
@@ -98,15 +107,17 @@ class Cluster:
                               f"--deterministic; use a multiple of {N}")
 
     def shard(self, model, batch_size):
-        """Shard ``model``'s tables over the ranks, as ``--sharding`` says, and broadcast its dense parameters; a
-        world of one keeps the model as it is, unless ``--deterministic``."""
-        if self.world_size == 1 and not self.deterministic:
+        """Shard ``model``'s tables over the ranks, as ``--plan`` or else ``--sharding`` says, and broadcast its dense
+        parameters; a world of one keeps the model as it is, unless ``--deterministic`` or ``--plan``."""
+        if self.world_size == 1 and not self.deterministic and self.plan_file is None:
             return model
+        source = f"--plan {self.plan_file}" if self.plan_file else f"--sharding {self.sharding}"
+        plan = self._read_plan(model)
         try:
-            self._dense = distribute(model, self.comm, codecs=self.codecs, batch_size=batch_size,
-                                        codec=self.codecs.forward, sharding=self.sharding)
-        except ValueError as e:  # the planner's PlanError says what to change
-            raise ConfigError(f"--sharding {self.sharding}: {e}") from None
+            self._dense = distribute(model, self.comm, plan, codecs=self.codecs, batch_size=batch_size,
+                                     codec=self.codecs.forward, sharding=self.sharding)
+        except ValueError as e:  # the planner's PlanError, or a plan that does not fit a table: each says what to do
+            raise ConfigError(f"{source}: {e}") from None
         collections = [c for _, c in collections_of(model, ShardedEmbeddingCollection)]
         self.plan = collections[0].plan
         if self.deterministic:
@@ -115,6 +126,24 @@ class Cluster:
         # masks one process draws (the training loader drops short batches, so every batch splits at these rows)
         model.set_row0(self.rank * batch_size // self.world_size)
         return model
+
+    def _read_plan(self, model):
+        """``--plan``'s plan, checked for this world and the tables of all the model's collections; None without
+        the flag (the planner's)."""
+        if self.plan_file is None:
+            return None
+        tables = [t.config for _, c in collections_of(model, EmbeddingCollection) for t in c.tables]
+        try:
+            plan = load_plan(self.plan_file, self.world_size, tables, world="mpiexec -n")
+        except ValueError as e:  # it names the file and says what to do
+            raise ConfigError(str(e)) from None
+        coupled = [t.name for t in tables if coupled_groups(plan.placement(t.name), t)]
+        if self.precision == "fp16" and coupled:  # what the config refuses of --sharding column
+            raise ConfigError(f"--plan {self.plan_file}: table {coupled[0]} is split by columns under "
+                              "rowwise_adagrad, whose shards exchange their squared-gradient sums during the "
+                              "backward, which a loss-scaled fp16 step holds back; place it table- or row-wise, or "
+                              "use another --embedding-optimizer")
+        return plan
 
     def _deterministic(self, model, collections, batch_size):
         """Step in ``--deterministic``'s slices: undivided row gradients, dense gradients added in slice order."""

@@ -285,8 +285,8 @@ class RunSettings(Section):
 
 @dataclass(frozen=True)
 class DistributedSettings(Section):
-    """Under mpiexec; a launch of one process ignores these. A checkpoint reshards across world sizes and plans, and
-    a codec only rounds what travels, so a resume may change any of them."""
+    """Under mpiexec; a launch of one process ignores these, but for a --plan of one rank. A checkpoint reshards
+    across world sizes and plans, and a codec only rounds what travels, so a resume may change any of them."""
     comm_backend: str = setting("auto", "how ranks talk: auto (one process: local; several: nccl with GPUs, else "
                                 "mpi), or mpi, nccl, local", choices=BACKENDS, resumable=True)
     comm_codec: str = setting("fp32", "the wire format of the forward all-to-all of embedding rows (int8: a per-row "
@@ -297,6 +297,10 @@ class DistributedSettings(Section):
                             "row- or column-wise, table_row (its rows over one host's ranks) or grid (column ranges "
                             "over hosts, rows over a host's ranks; hosts: GPUEMB_LOCAL_RANKS or the launcher's)",
                             choices=RUN_SHARDINGS, resumable=True)
+    plan: str = setting(None, "train on this plan, a JSON that tools/plan.py --json wrote, instead of the "
+                        "planner's: one plan placing exactly the model's tables (first-order '<name>_linear' ones "
+                        "too), for the ranks of the launch; overrides --sharding (docs/sharding.md)", kind="str",
+                        resumable=True)
     link: str = setting("none", "model the link between ranks: each collective also waits out the time this link "
                         "would take (latency + bytes/bandwidth of its algorithm), and train records gain 'link' "
                         "(compute, communication and exposed seconds a step): none, ib100 (InfiniBand HDR100), "
