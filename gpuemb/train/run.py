@@ -24,6 +24,7 @@ from .errors import CheckpointError, ConfigError, DivergedError, ResumeError
 from .evaluate import evaluate
 from .footprint import memory
 from .loop import Batches, Pipeline, Trainer, non_finite
+from .schedule import Schedule
 from .metrics_log import MetricsLog
 from .model import build_model, embedding_tables
 from .optimizer import build_optimizer, build_scaler
@@ -154,6 +155,9 @@ class Run:
             self.deltas = DeltaWriter(d.delta_dir, d.delta_every, self.model, self.tables, self.cluster)
         self.pipeline = Pipeline(self.trainer, self.batches, config.run.pipeline)
         self.eval_every = config.output.eval_every or max(1, self.total_steps // 4)
+        c = config.checkpoints
+        self.schedule = Schedule(self.total_steps, config.output.log_every, self.eval_every,
+                                 bool(c.checkpoint_dir), c.checkpoint_every or 0, self.deltas)
         self.window = []  # losses of the steps since the last train record
         self.crossings = []  # each of those steps' host-device transfers and syncs: (this thread's, all threads')
         self.launched = []  # and what each launched and read back, on this thread (gpuemb.autograd.launches)
@@ -170,13 +174,9 @@ class Run:
         return memory(self.model, self.tables, self.batch_size // self.cluster.world_size)
 
     def may_prepare_next(self):
-        """Whether the next step may prepare the batch after it: not past the end, and not across an evaluation
-        or a checkpoint, which see the tables as a step leaves them."""
-        after, c = self.step + 1, self.config
-        checkpoint = (c.checkpoints.checkpoint_dir and c.checkpoints.checkpoint_every
-                      and after % c.checkpoints.checkpoint_every == 0)
-        delta = self.deltas is not None and self.deltas.due(after)  # a delta, too, sees the step's tables
-        return after < self.total_steps and after % self.eval_every != 0 and not checkpoint and not delta
+        """Whether the next step may prepare the batch after it: not past the end, and not across an evaluation,
+        a delta or a checkpoint, which see the tables as a step leaves them (``schedule.py``)."""
+        return self.schedule.may_prepare_after(self.step)
 
     # -- state -----------------------------------------------------------------------------------------------------
     def state_dict(self):
@@ -361,22 +361,21 @@ def train(config, reporter=None, comm=None):
                 run.launched.append(launches.COUNTS.since(launched, this_thread=True))
                 run.window.append(loss)
                 reporter.step(run, loss)
-                step, last = run.step, run.step == run.total_steps
-                if step % config.output.log_every == 0:
+                step, when = run.step, run.schedule
+                last, checkpoint = when.last(step), when.checkpoints(step)
+                if when.logs(step):
                     write(run.train_record(lrs, timed * run.batch_size / max(busy, 1e-9)))
                     busy, timed = 0.0, 0
-                if step % run.eval_every == 0:
+                if when.evaluates(step):
                     write(run.eval_record())
                     warning = run.collapse_warning(log.records[-1])
                     if warning:
                         write({"kind": "warning", "step": step, "message": warning})
-                checkpoint = config.checkpoints.checkpoint_dir and (
-                    last or config.checkpoints.checkpoint_every and step % config.checkpoints.checkpoint_every == 0)
-                if run.deltas and (checkpoint or last or run.deltas.due(step)):  # before the checkpoint, which
-                    run.deltas.write(step, checkpoint=bool(checkpoint))           # keeps the chain's state
+                if when.writes_delta(step):  # before the checkpoint, which keeps the chain's state
+                    run.deltas.write(step, checkpoint=checkpoint)
                 if checkpoint:
                     write({"kind": "checkpoint", "step": step, "path": run.save_checkpoint()})
-                if checkpoint or step % run.eval_every == 0:  # their lookups are not the training's
+                if checkpoint or when.evaluates(step):  # their lookups are not the training's
                     run.table_window.restart()
                 if last and run.window:  # after the checkpoint, which keeps the window for the next record
                     write(run.train_record(lrs, timed * run.batch_size / max(busy, 1e-9)))
