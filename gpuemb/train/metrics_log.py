@@ -4,7 +4,7 @@ Every record has ``kind`` and ``step`` (steps trained when it was written):
 
 - ``train``: ``loss`` (the mean over the steps since the last train record), ``lr``, ``embedding_lr``,
   ``epoch`` (0-based, of the last batch), ``samples``, ``samples_per_s``, what a step paid the device for,
-  ``transfers``, ``transfers_ahead`` and ``launches`` (``Run.counts_per_step``), the embedding store over the
+  ``transfers``, ``transfers_ahead`` and ``launches`` (``StepWindow.take``), the embedding store over the
   window, ``tables`` and ``hit_rate`` (``Run.table_record``, ``table_stats.py``), and with ``--phase-times``
   ``phases``, seconds per step by phase (``phases.py``);
 - ``eval``: ``auc``, ``log_loss``, ``accuracy`` over ``rows`` eval rows (per task too, for several tasks),

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from gpuemb.autograd import backend, launches, transfers
+from gpuemb.autograd import backend
 from gpuemb.io.loader import Loader, LoaderConfig
 
 from . import checkpoint as ckpt
@@ -24,11 +24,12 @@ from .errors import CheckpointError, ConfigError, DivergedError, ResumeError
 from .evaluate import evaluate
 from .footprint import memory
 from .loop import Batches, Pipeline, Trainer, non_finite
-from .schedule import Schedule
 from .metrics_log import MetricsLog
 from .model import build_model, embedding_tables
 from .optimizer import build_optimizer, build_scaler
 from .phases import NO_TIMER, PhaseTimer
+from .schedule import Schedule
+from .step_window import StepWindow
 from .table_stats import TableWindow, hit_rate
 
 BATCH_SIZE = 4096  # the default; small data gets at most a tenth of its training rows
@@ -158,9 +159,7 @@ class Run:
         c = config.checkpoints
         self.schedule = Schedule(self.total_steps, config.output.log_every, self.eval_every,
                                  bool(c.checkpoint_dir), c.checkpoint_every or 0, self.deltas)
-        self.window = []  # losses of the steps since the last train record
-        self.crossings = []  # each of those steps' host-device transfers and syncs: (this thread's, all threads')
-        self.launched = []  # and what each launched and read back, on this thread (gpuemb.autograd.launches)
+        self.window = StepWindow(self.batch_size)  # the steps since the last train record
         self.warned_collapse = False  # collapse_warning tells once
         self.last_checkpoint = None
 
@@ -182,7 +181,7 @@ class Run:
     def state_dict(self):
         """Everything but the tables' rows: the trainer's state, the loader's position, the loss window."""
         return {"trainer": self.trainer.state_dict(), "loader": self.pipeline.state_dict(),
-                "loop": {"window": list(self.window),
+                "loop": {"window": list(self.window.losses),
                          **({"deltas": self.deltas.state_dict()} if self.deltas else {})}}
 
     def save_checkpoint(self):
@@ -225,7 +224,7 @@ class Run:
         except (TypeError, KeyError, AttributeError, IndexError) as e:
             raise CheckpointError(f"{os.path.join(folder, ckpt.STATE)}: its loader position does not fit this run "
                                   f"({type(e).__name__}: {e}); resume from another checkpoint") from None
-        self.window = list(state["loop"]["window"])
+        self.window.losses = list(state["loop"]["window"])
         if self.deltas:
             self.deltas.load_state_dict(state["loop"].get("deltas"))
         self.last_checkpoint = folder
@@ -255,19 +254,19 @@ class Run:
                 f"(--schedule warmup_poly --warmup-steps 200); {where}")
 
     # -- records ---------------------------------------------------------------------------------------------------
-    def train_record(self, lrs, samples_per_s):
-        """The mean loss of the steps since the last train record (then forgotten), the lrs of the last step, the
-        tables' levels over those steps, with ``--phase-times`` their time per phase and, over a modelled link, the
-        steps' compute and communication time (``gpuemb/comm/modelled.py``)."""
-        loss = sum(self.window) / len(self.window)
-        self.window = []
+    def train_record(self, lrs):
+        """The mean loss of the steps since the last train record (then forgotten), their samples/s and what a step
+        paid the device for (``step_window.py``), the lrs of the last step, the tables' levels over those steps,
+        with ``--phase-times`` their time per phase and, over a modelled link, the steps' compute and communication
+        time (``gpuemb/comm/modelled.py``)."""
+        loss, samples_per_s, counts = self.window.take()
         sent = {"comm_bytes_per_step": self.cluster.bytes_per_step()} if self.cluster.world_size > 1 else {}
         phases = self.trainer.timer.per_step()
         summary = getattr(self.cluster.comm, "step_summary", None)  # a modelled link's, overlapped or not
         link = {"link": summary()} if summary is not None else {}
         return {"kind": "train", "step": self.step, "epoch": self.pipeline.epoch, "samples": self.trainer.samples,
                 "loss": loss, "lr": lrs[0], "embedding_lr": lrs[1], "samples_per_s": samples_per_s,
-                **self.counts_per_step(), **sent, **self.table_record(),
+                **counts, **sent, **self.table_record(),
                 **({"phases": phases} if phases is not None else {}), **link}
 
     def table_record(self):
@@ -279,24 +278,6 @@ class Run:
             total = self.cluster.comm.allreduce(np.array([hits, misses, cached], np.int64), tag="stats")
             hits, misses, cached = (int(n) for n in total)
         return {"tables": tables, "hit_rate": hit_rate(hits, misses, cached)}
-
-    def counts_per_step(self):
-        """What a step paid the device for, averaged over the steps since the last train record (then forgotten).
-
-        Its host-device crossings, each ``{"to_device", "to_host", "syncs", "bytes"}``: ``"transfers"``, the
-        step's own, which stall it; ``"transfers_ahead"``, what the loader's and the prefetch's threads moved
-        meanwhile, for the batches ahead (autograd/transfers.py). And ``"launches"``, the step's own kernel
-        launches and reads back, ``{"numba", "cupy", "cublaslt", "readbacks", "by_phase": {phase: {...}}}``
-        (autograd/launches.py: all counted under the emulated device, the reads back only on a GPU, none on the
-        CPU)."""
-        steps, self.crossings = self.crossings, []
-        launched, self.launched = self.launched, []
-
-        def mean(part):
-            return {k: round(sum(part(c)[k] for c in steps) / max(len(steps), 1), 2) for k in transfers.FIELDS}
-        return {"transfers": mean(lambda c: c[0]),
-                "transfers_ahead": mean(lambda c: {k: c[1][k] - c[0][k] for k in transfers.FIELDS}),
-                "launches": launches.per_step(launches.added(*launched), len(launched))}
 
     def eval_record(self):
         # Eval batches of the training size: a cached table holds the unique keys of one batch, not more.
@@ -345,27 +326,20 @@ def train(config, reporter=None, comm=None):
 
         reporter.start(run)
         first, start = run.step, time.perf_counter()
-        busy, timed = 0.0, 0  # seconds in training steps since the last train record, and how many steps
         with run.pipeline as pipeline:
             while run.step < run.total_steps:
-                lrs, t = run.trainer.lrs, time.perf_counter()
-                counted = transfers.COUNTS.snapshot(this_thread=True), transfers.COUNTS.snapshot()
-                launched = launches.COUNTS.snapshot(this_thread=True)
-                try:
-                    loss = pipeline.step(ahead=run.may_prepare_next())
-                except DivergedError as e:
-                    raise DivergedError(f"{e}; {run.advice()}") from None
-                busy, timed = busy + time.perf_counter() - t, timed + 1
-                run.crossings.append((transfers.COUNTS.since(counted[0], this_thread=True),
-                                      transfers.COUNTS.since(counted[1])))
-                run.launched.append(launches.COUNTS.since(launched, this_thread=True))
-                run.window.append(loss)
+                lrs = run.trainer.lrs
+                with run.window.measure():
+                    try:
+                        loss = pipeline.step(ahead=run.may_prepare_next())
+                    except DivergedError as e:
+                        raise DivergedError(f"{e}; {run.advice()}") from None
+                run.window.add(loss)
                 reporter.step(run, loss)
                 step, when = run.step, run.schedule
                 last, checkpoint = when.last(step), when.checkpoints(step)
                 if when.logs(step):
-                    write(run.train_record(lrs, timed * run.batch_size / max(busy, 1e-9)))
-                    busy, timed = 0.0, 0
+                    write(run.train_record(lrs))
                 if when.evaluates(step):
                     write(run.eval_record())
                     warning = run.collapse_warning(log.records[-1])
@@ -378,7 +352,7 @@ def train(config, reporter=None, comm=None):
                 if checkpoint or when.evaluates(step):  # their lookups are not the training's
                     run.table_window.restart()
                 if last and run.window:  # after the checkpoint, which keeps the window for the next record
-                    write(run.train_record(lrs, timed * run.batch_size / max(busy, 1e-9)))
+                    write(run.train_record(lrs))
         seconds = time.perf_counter() - start
         evals = [r for r in log.records if r["kind"] == "eval"]
         again = not evals or evals[-1]["step"] != run.step  # resumed at the last step: evaluate what was loaded
