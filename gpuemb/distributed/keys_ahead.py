@@ -18,11 +18,12 @@ from .routing import Route
 
 
 class KeysAhead:
-    """The key exchange of ``keys [B, F]`` (mixed, int64) for ``collection``, started on its communicator."""
+    """The key exchange of ``keys [B, F]`` (mixed, int64, read from ``source``, the batch's array) for
+    ``collection``, started on its communicator."""
 
-    def __init__(self, collection, keys):
+    def __init__(self, collection, source, keys):
         c, W = collection, collection.comm.world_size
-        self.keys = keys
+        self.source, self.keys = source, keys
         self.route = r = Route(keys, c.table_of, c.streams, c.groups, W)
         self._counts = c.comm.start("alltoallv", r.stream_counts, np.ones(W, np.int64), "a2a_keys")
         self._received = c.comm.start("alltoallv", r.keys, r.send_counts, "a2a_keys")

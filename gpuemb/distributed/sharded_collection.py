@@ -81,11 +81,11 @@ class ShardedEmbeddingCollection(Module):
         return self.shards[self.configs[self.streams[stream].table].name]
 
     def forward(self, sparse):
-        if isinstance(sparse, JaggedFeatures) and sparse.single_hot and self.hotness is None:
-            sparse = sparse.dense()
+        sparse = self._plain(sparse)
         if self._single_keys(sparse):
-            keys = self._keys(sparse)
             ahead, self._ahead = (self._ahead, None) if self.training else (None, self._ahead)
+            # the batch route_ahead was given: its keys are on the host already, so no second read back
+            keys = ahead.keys if ahead is not None and ahead.source is sparse else self._keys(sparse)
             if ahead is not None and not ahead.matches(keys):
                 raise RuntimeError("ShardedEmbeddingCollection: this training batch is not the one whose keys "
                                    "route_ahead sent; call route_ahead with the batch the next forward takes")
@@ -101,6 +101,12 @@ class ShardedEmbeddingCollection(Module):
         y = op.apply(Tensor(backend.xp.zeros(0, np.float32), requires_grad=record))
         return ArrivingTensor(y, op.arrive) if getattr(op, "arrive", None) else y  # rows still travelling
 
+    def _plain(self, sparse):
+        """Single-hot jagged features as the plain ``[B, F]`` keys they are."""
+        if isinstance(sparse, JaggedFeatures) and sparse.single_hot and self.hotness is None:
+            return sparse.dense()
+        return sparse
+
     def _single_keys(self, sparse):
         """Whether ``sparse`` is a key a feature (the plain exchange), not bags to pool."""
         return self.hotness is None and not isinstance(sparse, (JaggedFeatures, list, tuple))
@@ -114,10 +120,9 @@ class ShardedEmbeddingCollection(Module):
         """Start the key exchange of the training batch ``sparse`` that the next training forward takes, on an
         overlapped communicator (``keys_ahead.py``); elsewhere, and for bags, the forward exchanges as before. Every
         rank calls it at the same point of its step."""
-        if isinstance(sparse, JaggedFeatures) and sparse.single_hot and self.hotness is None:
-            sparse = sparse.dense()
+        sparse = self._plain(sparse)
         if hasattr(self.comm, "start") and self.streams and self._single_keys(sparse):
-            self._ahead = KeysAhead(self, self._keys(sparse))
+            self._ahead = KeysAhead(self, sparse, self._keys(sparse))
 
     def partial_sums(self):
         """The names of the tables whose bags pool as partial sums over the ranks: keyed (row-wise, table-row-wise,

@@ -16,12 +16,14 @@ from gpuemb import comm
 from gpuemb import optim
 from gpuemb.autograd import Tensor, bce_with_logits
 from gpuemb.comm import OverlappedCommunicator
-from gpuemb.distributed import distribute, keys_ahead
+from gpuemb.distributed import ShardedEmbeddingCollection, distribute, keys_ahead
 
 KIND, SEED, G, STEPS = sys.argv[1], int(sys.argv[2]), 24, 4
-TAKEN, ARRIVED = [], []
+TAKEN, ARRIVED, READ = [], [], []
 _take = keys_ahead.KeysAhead.take
 keys_ahead.KeysAhead.take = lambda self: TAKEN.append(1) or _take(self)
+_keys = ShardedEmbeddingCollection._keys  # each read of a batch's keys to the host
+ShardedEmbeddingCollection._keys = lambda self, sparse: READ.append(1) or _keys(self, sparse)
 
 
 def train(c, overlap):
@@ -37,12 +39,12 @@ def train(c, overlap):
     model.bottom.forward = lambda x: ARRIVED.append(getattr(lookups[-1], "arrived", True)) or bottom(x)
     opt = optim.Adagrad(model.parameters(), 0.05)
     losses = []
-    for step in range(STEPS):
-        dense, sparse, y = batch(SEED, step, G)
+    parts = [tuple(a[mine] for a in batch(SEED, step, G)) for step in range(STEPS)]  # as the pipeline hands them
+    for step, (dense, sparse, y) in enumerate(parts):
         opt.zero_grad()
-        loss = bce_with_logits(model(dense[mine], sparse[mine]), Tensor(y[mine]))
+        loss = bce_with_logits(model(dense, sparse), Tensor(y))
         if overlap and step + 1 < STEPS:  # once this step's lookups are done, as the training loop does
-            model.embeddings.route_ahead(batch(SEED, step + 1, G)[1][mine])
+            model.embeddings.route_ahead(parts[step + 1][1])
         loss.backward(on_ready=allreduce.ready)
         allreduce()
         opt.step()
@@ -55,11 +57,13 @@ def main():
     c = comm.init()
     blocking = train(c, overlap=False)
     assert not TAKEN and all(ARRIVED), ARRIVED
-    ARRIVED.clear()
+    assert len(READ) == STEPS, READ
+    ARRIVED.clear(), READ.clear()
     over = OverlappedCommunicator(c)
     overlapped = train(over, overlap=True)
     assert len(TAKEN) == (STEPS - 1 if model_has_streams() else 0), TAKEN
     assert len(ARRIVED) == STEPS and not any(ARRIVED), ARRIVED  # each step's rows were still on their way
+    assert len(READ) == STEPS, READ  # a batch's keys are read once, by route_ahead, not again by its forward
     for a, b in zip(blocking[0], overlapped[0]):
         assert np.array_equal(a, b), f"rank {c.rank}: a loss moved: {a} against {b}"
     for a, b in zip(blocking[1], overlapped[1]):
