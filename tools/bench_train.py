@@ -67,6 +67,7 @@ from gpuemb.kernels.mlp import PRECISIONS
 from gpuemb.train import TrainConfig
 from gpuemb.train.data import DataSet
 from gpuemb.train.loop import Batches
+from gpuemb.train.sections import TABLES
 from gpuemb.train.run import Run
 
 # the peer columns (of the model), strongest first
@@ -179,7 +180,7 @@ def train_config(bc, args, store, pipeline, batch_size, caches=None):
         batch_size=batch_size, optimizer=DENSE[args.optimizer], embedding_optimizer=args.optimizer, lr=args.lr,
         embedding_lr=args.lr, store=store, cache_rows=cache if store != "device" else 0,
         host_cache_rows=host_cache if store == "ssd" else 0, steps=args.warmup + args.steps + 1, progress=False,
-        pipeline=pipeline, seed=0, precision=args.precision))
+        pipeline=pipeline, seed=0, precision=args.precision, tables=args.tables))
 
 
 def ours(config, data, warmup, steps, profile=None):
@@ -247,14 +248,36 @@ def overhead(bc, args):
             "share": out[OVERHEAD_BATCH] / out[args.batch_size]}
 
 
-def bench(name, args, pipelines):
-    """Every row of one config: torch first, then each store and pipeline setting."""
+def resolved(name, args):
+    """The config ``name`` under the flags, and the flags with the config's own batch and step counts where they
+    give none."""
     bc = ALL_CONFIGS[name]
     if args.cap:
         bc = replace(bc, cap=args.cap)
-    # the flags given, else the config's own batch and step counts
-    args = argparse.Namespace(**{**vars(args), **{k: getattr(bc, k) if getattr(args, k) is None else getattr(args, k)
-                                                  for k in PER_CONFIG}})
+    return bc, argparse.Namespace(**{**vars(args), **{k: getattr(bc, k) if getattr(args, k) is None
+                                                      else getattr(args, k) for k in PER_CONFIG}})
+
+
+def dump_batches(name, args, path):
+    """Write the batches the peers train on (as ``peer`` reads them: the Run's loader, seed 0) and the config's
+    shape to ``path``, for ``bench_peer.py`` to train on in a process without gpuemb."""
+    bc, args = resolved(name, args)
+    data = dataset(bc, args.batch_size, args.warmup + args.steps + 2)
+    loader = Loader(data.train, LoaderConfig(args.batch_size, shuffle=True, seed=0))
+    with Batches(loader) as batches:
+        taken = [[np.array(backend.to_host(a)) for a in next(batches).arrays()] for _ in range(args.warmup + args.steps)]
+    shape = {"n_dense": 13, "cardinalities": bc.cardinalities(), "dim": bc.dim, "bottom": bc.bottom, "top": bc.top,
+             "cross": bc.cross, "hotness": data.hotness or (1,) * data.n_features, "optimizer": args.optimizer,
+             "lr": args.lr, "warmup": args.warmup, "steps": args.steps, "batch_size": args.batch_size}
+    with open(path, "wb") as f:  # a file object: np.savez would add ".npz" to a name without it
+        np.savez(f, shape=json.dumps(shape), **{k: np.stack([t[i] for t in taken])
+                                                for i, k in enumerate(("label", "dense", "sparse"))})
+    print(f"{name}: {args.warmup + args.steps} batches of {args.batch_size} written for bench_peer.py", flush=True)
+
+
+def bench(name, args, pipelines):
+    """Every row of one config: torch first, then each store and pipeline setting."""
+    bc, args = resolved(name, args)
     data = dataset(bc, args.batch_size, args.warmup + args.steps + 2)
     print(f"\n{name}: {bc.describe()}, batch {args.batch_size}, {args.warmup} + {args.steps} timed steps, "
           f"{args.optimizer} lr {args.lr:g}", flush=True)
@@ -344,6 +367,11 @@ def main(argv=None):
     ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                     help="the dense layers' compute on a GPU, on every side (plain torch: TF32 matmuls for tf32, "
                     "autocast for bf16 and fp16; default fp32)")
+    ap.add_argument("--tables", choices=TABLES, default="shared",
+                    help="gpuemb's tables: one shared by every feature, or one per feature (default shared; the "
+                    "peers have one per feature)")
+    ap.add_argument("--dump-batches", metavar="FILE", help="write the peers' batches and the config's shape to FILE "
+                    "for tools/bench_peer.py, then stop (one --config)")
     ap.add_argument("--no-torchrec", dest="torchrec", action="store_false", help="skip the TorchRec peer")
     ap.add_argument("--no-torch", dest="torch", action="store_false", help="skip the plain PyTorch peer")
     ap.add_argument("--overhead", action="store_true", help="also bound the share of a step outside kernels/BLAS")
@@ -367,6 +395,11 @@ def main(argv=None):
         print(f"torchrec does not import here ({why}): no TorchRec column; tools/bench_train_torchrec.py says how "
               "to install it, or pass --no-torchrec")
         args.torchrec = False
+    if args.dump_batches:
+        if len(args.config) != 1:
+            ap.error("--dump-batches writes one config's batches: give one --config")
+        dump_batches(args.config[0], args, args.dump_batches)
+        return 0
     pipelines = {"on": (True,), "off": (False,), "both": (True, False)}[args.pipeline]
     info = backend.device_info()
     print(f"device: {info['device']} ({info.get('gpu', 'numpy')}); load average {os.getloadavg()[0]:.2f}")
