@@ -33,8 +33,10 @@ def column_split(dim, n, name="table"):
 
 
 def _row_shards(spec, host, local_ranks, cols):
-    first = host * local_ranks
-    return [Shard(first + i, -(-spec.rows // local_ranks), cols, residue=i) for i in range(local_ranks)]
+    """The rows of ``spec`` over host ``host``'s ranks, partitioned as row-wise partitions them over the world: the
+    first ``rows % local_ranks`` residues hold one more."""
+    first, (share, extra) = host * local_ranks, divmod(spec.rows, local_ranks)
+    return [Shard(first + i, share + (i < extra), cols, residue=i) for i in range(local_ranks)]
 
 
 def table_row_placement(spec, host, local_ranks, reason=""):
