@@ -31,7 +31,7 @@ from gpuemb.comm.link import PRESETS as LINKS
 from .cost import (CODEC_BYTES, DEVICE_KEY_BYTES, HOMES, Memory, RankCost, human_bytes, placement_costs, row_bytes,
                    shard_memory, unique_rows)
 from .estimate import estimate_step
-from .hierarchical import check_hosts, host_placement_costs, table_row_placement
+from .hierarchical import check_hosts, grid_placement, host_placement_costs, table_row_placement
 from .plan import HOST_KINDS, Placement, Plan, Shard
 from .profile import PROFILES
 from .spec import RankBudget, TableSpec
@@ -143,45 +143,80 @@ def _row(st, spec, homes):
     return Placement(spec, "row", tuple(shards), why)
 
 
+def _on_devices(st, placement):
+    """``placement`` where the device of each of its shards' ranks holds the shard, else None."""
+    spec = placement.table
+    fits = all(shard_memory(spec, s.rows, s.cols[1] - s.cols[0]).fits(st.free[s.rank]) for s in placement.shards)
+    return placement if fits else None
+
+
 def _table_row(st, spec):
     """``spec`` row-wise over the ranks of the least loaded host whose devices hold its shards, not yet committed;
     None where no host has room."""
     L = st.local_ranks
     load = [sum(st.cost[r].load for r in range(h * L, (h + 1) * L)) for h in range(st.W // L)]
     for host in sorted(range(st.W // L), key=lambda h: (load[h], h)):
-        p = table_row_placement(spec, host, L)
-        if all(shard_memory(spec, s.rows).fits(st.free[s.rank]) for s in p.shards):
+        p = _on_devices(st, table_row_placement(spec, host, L))
+        if p:
             return p
     return None
 
 
-def _faster_over_hosts(st, row, table_row):
-    """``table_row`` where its step is estimated faster than ``row``'s, else ``row`` (either may be None).
+def _grid(st, spec):
+    """``spec``'s columns over the hosts, each range row-wise over its host's ranks, not yet committed; None where a
+    shard does not fit its rank's device or the dim is narrower than the hosts."""
+    if spec.dim < st.W // st.local_ranks:
+        return None
+    return _on_devices(st, grid_placement(spec, st.W, st.local_ranks))
 
-    A table_row table leaves the other hosts' ranks to the tables placed after it, which go to the least loaded
-    host, so the planner compares one copy of the table on each host, table-row-wise, with as many row-wise
-    copies: the tables' lookups then cross between hosts once, not once a host, for the same compute and memory.
-    The estimate (``estimate.py``, no skew) puts the hosts on ``HOST_LINK`` and a host's ranks on ``LOCAL_LINK``.
+
+def _copies(placement, names, W):
+    """``placement`` once for each of ``names`` (a copy of its table each), copy ``c`` moved to the ranks ``c·n`` to
+    ``c·n + n - 1`` (mod ``W``) in the order of its ``n`` ranks, so that copies of a kind that leaves ranks free
+    fill them as the greedy planner's next tables would."""
+    ranks = sorted({s.rank for s in placement.shards})
+    n = len(ranks)
+    return [dataclasses.replace(placement, table=dataclasses.replace(placement.table, name=name),
+                                shards=tuple(dataclasses.replace(s, rank=(c * n + ranks.index(s.rank)) % W)
+                                             for s in placement.shards))
+            for c, name in enumerate(names)]
+
+
+def _faster_over_hosts(st, flat, others, why):
+    """The fastest of ``flat`` (row- or column-wise) and ``others`` (table_row, grid) by the estimated step,
+    ``flat`` on a tie; any may be None, and where ``flat`` is, the first of ``others`` that is not. A 2-D choice's
+    reason gives ``why`` ``flat``'s kind came up, and the two estimates.
+
+    A table_row table leaves the other hosts' ranks, and a column-wise one the ranks beside its shards, to the
+    tables placed after it, which go to the least loaded ranks. So each kind is estimated as copies of the table,
+    as many as leave every rank the same number of shards (``_copies``): one table_row copy on each host against
+    as many row-wise copies (the tables' lookups then cross between hosts once, not once a host), a grid against
+    the column-wise copies that cover the ranks, for the same compute and memory. The estimate (``estimate.py``,
+    no skew) puts the hosts on ``HOST_LINK`` and a host's ranks on ``LOCAL_LINK``.
     """
-    if row is None or table_row is None:
-        return row or table_row
-    L, spec = st.local_ranks, row.table
-    copies = [dataclasses.replace(spec, name=f"{spec.name}@{h}") for h in range(st.W // L)]
+    candidates = [p for p in (flat, *others) if p is not None]
+    if flat is None or len(candidates) == 1:
+        return candidates[0] if candidates else None
+    W, spec = st.W, flat.table
+    n = math.lcm(*(W // math.gcd(len({s.rank for s in p.shards}), W) for p in candidates))
+    names = [f"{spec.name}@{c}" for c in range(n)]
 
-    def step_s(placements):
-        plan = Plan(st.budgets, tuple(placements), st.batch_size, st.codec, L)
+    def step_s(placement):
+        plan = Plan(st.budgets, tuple(_copies(placement, names, W)), st.batch_size, st.codec, st.local_ranks)
         return estimate_step(plan, HOST_LINK, PROFILE, local_link=LOCAL_LINK).step_s
 
-    wide = step_s(dataclasses.replace(row, table=c) for c in copies)
-    hosts = step_s(table_row_placement(c, h, L) for h, c in enumerate(copies))
-    if hosts >= wide:
-        return row
-    return dataclasses.replace(table_row, reason=f"{table_row.reason}: no rank has room for all "
-                               f"{human_bytes(shard_memory(spec, spec.rows).device)}, and a step is estimated "
-                               f"{wide / hosts:.2f}x faster than row-wise over all {st.W} ranks")
+    times = [step_s(p) for p in candidates]
+    best = min(range(len(candidates)), key=lambda i: (times[i], i))
+    if best == 0:
+        return flat
+    than = f"row-wise over all {W} ranks" if flat.kind == "row" else f"{flat.kind}-wise in {len(flat.shards)} shards"
+    return dataclasses.replace(candidates[best], reason=(
+        f"{candidates[best].reason}: {why}, and a step is estimated {times[0] / times[best]:.2f}x faster than {than} "
+        f"({times[best] * 1e3:.2f} against {times[0] * 1e3:.2f} ms, as {n} {'copy' if n == 1 else 'copies'})"))
 
 
 def _column(st, spec, why):
+    """``spec``'s columns in near-equal ranges on distinct ranks, not yet committed; None where one does not fit."""
     n = min(st.W, spec.dim, max(2, math.ceil(spec.dim / COLUMN_WIDTH)))
     edges = [spec.dim * i // n for i in range(n + 1)]
     shards = []
@@ -190,22 +225,25 @@ def _column(st, spec, why):
         if found is None:
             return None
         shards.append(Shard(found[0], spec.rows, (a, b), *found[1:]))
-    return st.commit(Placement(spec, "column", tuple(shards), f"column-wise in {n} shards: {why}{_tiered(shards)}"))
+    return Placement(spec, "column", tuple(shards), f"column-wise in {n} shards: {why}{_tiered(shards)}")
 
 
 def _place(st, spec):
     kind, W = spec.sharding, st.W
     wide = spec.dim >= COLUMN_MIN_DIM and spec.rows <= COLUMN_MAX_ROWS
+    hosts_ok = kind == "auto" and st.local_ranks < W
+    grid = hosts_ok and wide and _grid(st, spec) or None  # a wide table's columns may also split over the hosts
     if kind == "column" or (kind == "auto" and W > 1 and wide):
         why = "as asked" if kind == "column" else f"dim {spec.dim} >= {COLUMN_MIN_DIM} with few rows"
-        placed = _column(st, spec, why)
-        if placed or kind == "column":
-            return placed
+        column = _column(st, spec, why)
+        if column or kind == "column":
+            return st.commit(_faster_over_hosts(st, column, (grid,), why))
     table_ok, row_ok = kind in ("auto", "table"), kind == "row" or (kind == "auto" and W > 1)
-    hosts_ok = kind == "auto" and st.local_ranks < W
+    room = f"no rank has room for all {human_bytes(shard_memory(spec, spec.rows).device)}" + (
+        " or a column-wise shard of all its rows" if kind == "auto" and W > 1 and wide else "")
     return ((table_ok and _table(st, spec, ("device",)))
             or (row_ok and st.commit(_faster_over_hosts(st, _row(st, spec, ("device",)),
-                                                        hosts_ok and _table_row(st, spec) or None)))
+                                                        (hosts_ok and _table_row(st, spec) or None, grid), room)))
             or (table_ok and _table(st, spec, ("host", "ssd"))) or (row_ok and st.commit(_row(st, spec, HOMES)))
             or None)
 
