@@ -158,8 +158,14 @@ def library(name):
 
 
 def launchable(dispatcher):
-    """A ``cuda.jit`` kernel, as the chosen device launches it (autograd/launch.py)."""
-    return _cupy.launchable(dispatcher) if DEVICE == "emulated" else dispatcher
+    """A ``cuda.jit`` kernel, as the chosen device launches it (autograd/launch.py): on a GPU, by CuPy from the code
+    numba compiled (autograd/module_launch.py), unless ``GPUEMB_KERNEL_LAUNCH=numba``."""
+    if DEVICE == "emulated":
+        return _cupy.launchable(dispatcher)
+    from . import module_launch
+    if _REAL_GPU and module_launch.LAUNCHER == "cupy":
+        return module_launch.CupyLaunchable(dispatcher, _cupy)
+    return dispatcher
 
 
 def kernel_stream(array):

@@ -8,7 +8,7 @@ import contextlib
 from numba import cuda
 from numba.core import event, sigutils
 
-from . import backend
+from . import backend, module_launch  # noqa: F401 (reads GPUEMB_KERNEL_LAUNCH once, so a bad value stops here)
 
 KERNELS = {}
 """Every kernel defined through :func:`kernel`, by ``module.name``: the PTX check compiles each of them."""
@@ -16,7 +16,8 @@ KERNELS = {}
 
 def kernel(fn=None, *, cache=True):
     """``cuda.jit`` for a kernel (not a device function), handed to the backend so that the chosen device's arrays
-    reach it: CuPy's through ``__cuda_array_interface__`` as they are, the emulated device's as simulator arrays."""
+    reach it: on a GPU launched by CuPy with numba's argument layout (module_launch.py), under the emulated device
+    through that same layout, into numba's simulator."""
     if fn is None:
         return lambda f: kernel(f, cache=cache)
     dispatcher = backend.launchable(uncached_where_unpicklable(cuda.jit(cache=cache)(fn)) if cache else cuda.jit(fn))
