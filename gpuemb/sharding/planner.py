@@ -8,11 +8,14 @@ The rules, in order:
    bytes moved per step; ties go to the rank with less device memory in use):
    - column-wise when asked for, or when ``dim >= COLUMN_MIN_DIM`` and ``rows <= COLUMN_MAX_ROWS``: the columns
      split into ``min(W, dim, max(2, ceil(dim / COLUMN_WIDTH)))`` near-equal ranges on distinct ranks. Few rows
-     make the per-shard index cheap to repeat, and every shard sees every key, so hot keys cannot skew it;
+     make the per-shard index cheap to repeat, and every shard sees every key, so hot keys cannot skew it. Over
+     several hosts, grid instead (a column range a host, each row-wise over its host's ranks) where its shards fit
+     and its step is estimated faster (``_faster_over_hosts``);
    - table-wise on the least loaded rank whose device holds it;
    - row-wise, one shard per rank by key hash, when no rank's device holds it but every rank holds its share;
      over several hosts (``local_ranks`` < W), table-row-wise instead (rows over the ranks of the least loaded
-     host whose devices hold them) where that step is estimated faster (``_faster_over_hosts``);
+     host whose devices hold them), or grid for a table that would have gone column-wise, where that step is
+     estimated faster (``_faster_over_hosts``);
    - then the same two again with tiers: a shard that does not fit a rank's device is homed in host memory, else
      on ssd, under a device cache. The cache takes at least the unique rows of ``PREFETCH_BATCHES`` batches (the
      batch being trained and the one prefetched) and at most ``cache_fraction`` of the rows, and while tables are
