@@ -9,6 +9,8 @@ import sys
 import pytest
 
 from gpuemb.sharding.plan import Plan
+from gpuemb.sharding.planner import plan_tables
+from gpuemb.sharding.spec import RankBudget, TableSpec
 
 PLAN = pathlib.Path(__file__).resolve().parents[2] / "tools" / "plan.py"
 
@@ -130,3 +132,13 @@ def test_a_saved_plan_for_another_world_is_one_line(tool, capsys, tmp_path):
     assert tool.main(["--plan", str(path), "--world-size", "4"]) == 2
     err = capsys.readouterr().err
     assert err == f"plan.py: --plan {path} is for 2 ranks, not --world-size 4; plan again for the world you run in\n"
+
+
+def test_a_saved_plan_over_hosts_shows_its_grid_table(tool, capsys, tmp_path):
+    # tools/plan.py plans without hosts; a plan made over 2 hosts of 4 ranks, saved, is reported with its grid
+    plan = plan_tables([TableSpec("w", 100_000, 1024)], [RankBudget(80 * 10 ** 9)] * 8, local_ranks=4)
+    (tmp_path / "plan.json").write_text(plan.to_json())
+    assert tool.main(["--plan", str(tmp_path / "plan.json"), "--link", "ib100"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^w +100000 +1024 +grid +0,1,2,3,4,5,6,7 +device +- +2 column ranges over the hosts", out, re.M)
+    assert plan.placement("w").reason in out and "estimated step over ib100" in out
