@@ -5,7 +5,8 @@
 Each row calls one thing ``--calls`` times on tiny arrays, so that the device finishes each call long before the
 host issues the next, and reports the host's microseconds per call (median of ``--repeats``), then waits for the
 device once. The rows:
-- ``numba launch``: a numba.cuda kernel (``gather_rows``) on CuPy arrays, as the project launches every kernel;
+- ``numba launch``: a numba.cuda kernel (``gather_rows``) on CuPy arrays, launched by numba's own dispatcher, as the
+  project launched every kernel before autograd/module_launch.py (and still does with ``GPUEMB_KERNEL_LAUNCH=numba``);
 - ``numba launch, no CAI sync``: the same with numba-cuda's ``CUDA_ARRAY_INTERFACE_SYNC`` off. With it on (numba's
   default), numba synchronizes the stream each CuPy argument names before every launch;
 - ``numba launch, numba arrays``: the same kernel on numba views made once (``cuda.as_cuda_array``), on a numba
@@ -13,6 +14,9 @@ device once. The rows:
 - ``numba PTX through CuPy``: the same kernel compiled by numba to PTX (``compile_ptx_for_current_device``), loaded
   as a CuPy ``RawModule`` and launched by CuPy with numba's argument layout (per array: meminfo, parent, item
   count, item size, data, shape, strides): what a launch costs when numba only compiles;
+- ``project launch (cupy module)``: ``gather_rows_cuda`` as the project launches it on a GPU now (the default
+  ``GPUEMB_KERNEL_LAUNCH=cupy``, autograd/module_launch.py): the same idea as the row above, with the arguments typed
+  and flattened on every call; checked against the reference first;
 - ``cupy elementwise``: ``xp.add(x, y, out=z)``;
 - ``nvmath execute``: a planned cuBLASLt matmul run again (``kernels/mlp.py``'s ``PLANS``);
 - ``read back``: one value copied to the host (``backend.item``), a wait for the stream;
@@ -37,8 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
-from gpuemb.autograd import backend
-from gpuemb.kernels.gather import gather_rows_cuda
+from gpuemb.autograd import backend, module_launch
+from gpuemb.autograd.launch import blocks_for, stream_for
+from gpuemb.kernels.gather import _gather_rows_kernel, gather_rows_cuda
 from gpuemb.kernels.mlp import PLANS
 
 CAI_CONFIGS = ("numba.cuda.core.config", "numba.core.config")  # numba-cuda's own config, and older releases'
@@ -74,6 +79,15 @@ def per_call(fn, calls, repeats):
     return statistics.median(times)
 
 
+def numba_gather(table, idx):
+    """``gather_rows_cuda`` launched by numba's dispatcher, whoever launches the project's kernels on a GPU."""
+    launch = getattr(_gather_rows_kernel, "dispatcher", _gather_rows_kernel) if backend.real_gpu() \
+        else _gather_rows_kernel  # the emulated device's dispatcher takes only its own arrays
+    out = backend.xp.empty((idx.shape[0], table.shape[1]), dtype=table.dtype)
+    launch[blocks_for(idx.shape[0] * table.shape[1]), 256, stream_for(table)](table, idx, out)
+    return out
+
+
 def _numba_abi(a):
     """The kernel parameters numba passes for the array ``a``."""
     return [np.uint64(0), np.uint64(0), np.int64(a.size), np.int64(a.itemsize), a,
@@ -88,7 +102,6 @@ def launch_variants(table, idx):
 
     from numba import cuda
 
-    from gpuemb.kernels.gather import _gather_rows_kernel
     xp = backend.xp
     want = backend.to_host(gather_rows_cuda(table, idx))
     n, variants = idx.shape[0] * table.shape[1], {}
@@ -96,7 +109,7 @@ def launch_variants(table, idx):
     try:
         stream = cuda.external_stream(backend.current_stream().ptr)
         views = [cuda.as_cuda_array(a, sync=False) for a in (table, idx, out)]
-        launch = _gather_rows_kernel[max(1, (n + 255) // 256), 256, stream]
+        launch = getattr(_gather_rows_kernel, "dispatcher", _gather_rows_kernel)[max(1, (n + 255) // 256), 256, stream]
         launch(*views)
         np.testing.assert_array_equal(backend.to_host(out), want)
         variants["numba launch, numba arrays"] = lambda: launch(*views)
@@ -119,6 +132,22 @@ def launch_variants(table, idx):
     return variants
 
 
+def project_launch(table, idx, calls, repeats):
+    """Host microseconds of ``gather_rows_cuda`` as the project launches it, once it equals the reference; else why
+    not, as the row's text."""
+    if module_launch.LAUNCHER != "cupy":
+        return f"{module_launch.SETTING}={module_launch.LAUNCHER}: numba launches the project's kernels"
+    try:
+        for _ in range(2):  # the first launch of a signature is numba's, which compiles it; the second CuPy's
+            got = backend.to_host(gather_rows_cuda(table, idx))
+        np.testing.assert_array_equal(got, backend.to_host(table)[backend.to_host(idx)])
+        if not all(_gather_rows_kernel.functions.values()):
+            return "numba still launches gather_rows: CuPy could not load its code"
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e)[:200]}"
+    return per_call(lambda: gather_rows_cuda(table, idx), calls, repeats)
+
+
 def measure(calls, repeats):
     xp = backend.xp
     rng = np.random.default_rng(0)
@@ -128,15 +157,16 @@ def measure(calls, repeats):
     z = xp.empty_like(x)
     a, b = (backend.to_device(rng.standard_normal((64, 64)).astype(np.float32)) for _ in range(2))
     rows = {}
-    rows["numba launch"] = per_call(lambda: gather_rows_cuda(table, idx), calls, repeats)
+    rows["numba launch"] = per_call(lambda: numba_gather(table, idx), calls, repeats)
     was = cai_sync(False)
     try:
-        rows["numba launch, no CAI sync"] = per_call(lambda: gather_rows_cuda(table, idx), calls, repeats)
+        rows["numba launch, no CAI sync"] = per_call(lambda: numba_gather(table, idx), calls, repeats)
     finally:
         cai_sync(True)
     if backend.real_gpu():
         for name, fn in launch_variants(table, idx).items():
             rows[name] = per_call(fn, calls, repeats) if callable(fn) else fn
+        rows["project launch (cupy module)"] = project_launch(table, idx, calls, repeats)
     rows["cupy elementwise"] = per_call(lambda: xp.add(x, y, out=z), calls, repeats)
     rows["nvmath execute"] = per_call(lambda: PLANS.run(a, b), calls, repeats)
     rows["read back"] = per_call(lambda: backend.item(z[0]), calls, repeats)
@@ -157,9 +187,9 @@ def main(argv=None):
     rows, cai = measure(args.calls, args.repeats)
     print(f"device: {backend.device_info()}")
     print(f"CUDA_ARRAY_INTERFACE_SYNC switched in: {', '.join(cai) or 'no numba config module had it'}")
-    print(f"{'call':<28}{'host us/call':>14}")
+    print(f"{'call':<32}{'host us/call':>14}")
     for name, us in rows.items():
-        print(f"{name:<28}{us:>14.1f}" if isinstance(us, float) else f"{name:<28}  FAILED: {us}")
+        print(f"{name:<32}{us:>14.1f}" if isinstance(us, float) else f"{name:<32}  FAILED: {us}")
     if args.json:
         Path(args.json).write_text(json.dumps({"device": backend.device_info(), "cai_configs": cai,
                                                "calls": args.calls, "repeats": args.repeats,
