@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from gpuemb.autograd.backend import get_array_module
 
+from . import dense_kernels
+from .dense_kernels import fusable
 from .optimizer import Optimizer
 from .rule import UpdateRule
 
@@ -32,9 +34,11 @@ class AdagradRule(UpdateRule, name="adagrad"):
         return {"sum": get_array_module(param).full_like(param, self.initial_accumulator_value)}
 
     def update(self, param, grad, state, lr, step):
+        acc = state["sum"]
+        if fusable(lr, param, grad, acc):  # one pass, the same bits (dense_kernels.py)
+            return dense_kernels.adagrad(param, grad, acc, lr, self.eps, self.weight_decay)
         xp = get_array_module(param)
         g = self.decayed(param, grad)
-        acc = state["sum"]
         acc += self.squares(g)
         param -= lr * g / (xp.sqrt(acc) + self.eps)
 
