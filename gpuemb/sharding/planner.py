@@ -22,7 +22,10 @@ The rules, in order:
      still to come it leaves each rank their mean device bytes, so an early cache cannot crowd the later tables
      onto one rank. Once every table is placed, the device memory left on a rank grows its caches, up to
      ``cache_fraction``.
-3. When none of these fits, ``PlanError`` names the table, its bytes and the budget, and lists what to change.
+3. In that order, a table asked for table_row or grid goes so, its shards on device (table_row on the least
+   loaded host whose devices hold them), or ``PlanError`` says why not: the ranks are one host, the dim is
+   narrower than the hosts, or the shards do not fit.
+4. When none of these fits, ``PlanError`` names the table, its bytes and the budget, and lists what to change.
 """
 import dataclasses
 import math
@@ -153,16 +156,22 @@ def _on_devices(st, placement):
     return placement if fits else None
 
 
+def _table_rows(st, spec):
+    """``spec`` row-wise over the ranks of each host, the least loaded host first."""
+    L = st.local_ranks
+    load = [sum(st.cost[r].load for r in range(h * L, (h + 1) * L)) for h in range(st.W // L)]
+    return [table_row_placement(spec, h, L) for h in sorted(range(st.W // L), key=lambda h: (load[h], h))]
+
+
+def _first_on_devices(st, placements):
+    """The first of ``placements`` whose shards the devices hold, else None."""
+    return next((p for p in placements if _on_devices(st, p)), None)
+
+
 def _table_row(st, spec):
     """``spec`` row-wise over the ranks of the least loaded host whose devices hold its shards, not yet committed;
     None where no host has room."""
-    L = st.local_ranks
-    load = [sum(st.cost[r].load for r in range(h * L, (h + 1) * L)) for h in range(st.W // L)]
-    for host in sorted(range(st.W // L), key=lambda h: (load[h], h)):
-        p = _on_devices(st, table_row_placement(spec, host, L))
-        if p:
-            return p
-    return None
+    return _first_on_devices(st, _table_rows(st, spec))
 
 
 def _grid(st, spec):
@@ -171,6 +180,43 @@ def _grid(st, spec):
     if spec.dim < st.W // st.local_ranks:
         return None
     return _on_devices(st, grid_placement(spec, st.W, st.local_ranks))
+
+
+def _no_room_over_hosts(st, spec, placements):
+    """The PlanError of an asked-for table_row or grid ``spec`` none of whose ``placements`` the devices hold: the
+    shard nearest to fitting in the placement nearest to fitting, what it needs and what its rank has."""
+    def spare(s):
+        return st.free[s.rank].device - shard_memory(spec, s.rows, s.cols[1] - s.cols[0]).device
+
+    s = max((min(p.shards, key=spare) for p in placements), key=spare)
+    need = shard_memory(spec, s.rows, s.cols[1] - s.cols[0]).device
+    fewer = (f"more ranks a host (local_ranks), or sharding='row' over all {st.W} ranks, so each holds fewer rows"
+             if spec.sharding == "table_row" else "more ranks, so each holds fewer of its rows and columns")
+    return PlanError(
+        f"cannot place table {spec.name!r} ({spec.rows} rows x dim {spec.dim}, sharding={spec.sharding!r}): its "
+        f"shard on rank {s.rank} ({s.rows} rows x {s.cols[1] - s.cols[0]} columns) needs {human_bytes(need)} of "
+        f"device and the rank has {human_bytes(st.free[s.rank].device)} free. Change one of: a larger device budget "
+        f"(RankBudget device_bytes, at least {human_bytes(need)} a rank for this shard alone); {fewer}; "
+        "sharding='auto', which can home shards in host or ssd memory under a device cache")
+
+
+def _asked_over_hosts(st, spec):
+    """``spec`` placed table_row (on the least loaded host with room) or grid, as its ``sharding`` asks, not yet
+    committed; PlanError, one line, where the ranks are one host, the dim is narrower than the hosts or the
+    devices cannot hold the shards (the 2-D kinds are not tiered)."""
+    kind, W, L = spec.sharding, st.W, st.local_ranks
+    if L == W:
+        raise PlanError(f"cannot place table {spec.name!r} {kind}: it spreads over hosts, and all {W} ranks are on "
+                        f"one; pass local_ranks, the ranks of a host (a divisor of {W} below it; tools/plan.py "
+                        "--local-ranks), or shard it 'row' or 'column'")
+    try:
+        placements = _table_rows(st, spec) if kind == "table_row" else [grid_placement(spec, W, L)]
+    except ValueError as e:  # a dim narrower than the hosts: hierarchical.py's own line
+        raise PlanError(str(e)) from None
+    placed = _first_on_devices(st, placements)
+    if placed is None:
+        raise _no_room_over_hosts(st, spec, placements)
+    return dataclasses.replace(placed, reason=f"{placed.reason}: as asked")
 
 
 def _copies(placement, names, W):
@@ -233,6 +279,8 @@ def _column(st, spec, why):
 
 def _place(st, spec):
     kind, W = spec.sharding, st.W
+    if kind in HOST_KINDS:
+        return st.commit(_asked_over_hosts(st, spec))
     wide = spec.dim >= COLUMN_MIN_DIM and spec.rows <= COLUMN_MAX_ROWS
     hosts_ok = kind == "auto" and st.local_ranks < W
     grid = hosts_ok and wide and _grid(st, spec) or None  # a wide table's columns may also split over the hosts

@@ -1,5 +1,6 @@
 """The planner over several hosts chooses grid for a wide table where the estimate says its step is faster and its
-shards fit, and keeps column-, row- or table-wise elsewhere."""
+shards fit, and keeps column-, row- or table-wise elsewhere; a table asked for grid or table_row goes so, or fails in
+one line naming the table and what to change."""
 import dataclasses
 
 import pytest
@@ -9,7 +10,7 @@ from gpuemb.sharding.cost import human_bytes, rank_costs, shard_memory
 from gpuemb.sharding.estimate import estimate_step
 from gpuemb.sharding.hierarchical import grid_placement, host_placement_costs
 from gpuemb.sharding.plan import Plan, load_plan
-from gpuemb.sharding.planner import plan_tables
+from gpuemb.sharding.planner import PlanError, plan_tables
 from gpuemb.sharding.profile import PROFILES
 from gpuemb.sharding.spec import RankBudget, TableSpec
 
@@ -103,3 +104,60 @@ def test_a_grid_plan_round_trips_through_its_json(tmp_path):
     broken = dataclasses.replace(plan.placement("w"), shards=plan.placement("w").shards[1:])
     with pytest.raises(ValueError, match="row-wise over ranks"):  # the plan's own check of a grid
         Plan(plan.budgets, (broken,), plan.batch_size, plan.codec, L)
+
+
+@pytest.mark.parametrize("kind", ["grid", "table_row"])
+def test_an_asked_for_2d_kind_is_placed_and_committed_with_its_costs(kind):
+    # a narrow table the planner alone would put table-wise; the next table goes to the least loaded rank
+    asked = TableSpec("a", 100_001, 65, sharding=kind)
+    plan = plan_tables([asked, TableSpec("t", 50_000, 64)], BUDGETS, dp_max_bytes=0, local_ranks=L)
+    p = plan.placement("a")
+    assert p.kind == kind and p.reason.endswith(": as asked")
+    if kind == "grid":
+        assert p == dataclasses.replace(grid_placement(asked, W, L), reason=p.reason)
+    else:  # every host is as loaded: the first, host 0
+        assert sorted(s.rank for s in p.shards) == list(range(L)) and sum(s.rows for s in p.shards) == 100_001
+    costs = host_placement_costs(p, W, 65536, "fp32")
+    least = min(range(W), key=lambda r: (costs[r].load, costs[r].memory.device, r))
+    assert plan.placement("t").shards[0].rank == least
+    assert rank_costs(plan)[least].memory == costs[least].memory + shard_memory(plan.placement("t").table, 50_000)
+
+
+def test_an_asked_for_table_row_goes_to_the_least_loaded_host():
+    # the larger table, placed first, loads host 0; the asked-for one goes to host 1
+    first = TableSpec("big", 200_000, 64, sharding="table_row")
+    plan = plan_tables([first, TableSpec("a", 100_000, 64, sharding="table_row")], BUDGETS, local_ranks=L)
+    assert {s.rank for s in plan.placement("big").shards} == set(range(L))
+    assert {s.rank for s in plan.placement("a").shards} == set(range(L, W))
+
+
+def one_line_error(spec, budgets=BUDGETS, local_ranks=L):
+    with pytest.raises(PlanError) as e:
+        plan_tables([spec], budgets, local_ranks=local_ranks)
+    assert len(str(e.value).splitlines()) == 1
+    return str(e.value)
+
+
+@pytest.mark.parametrize("kind", ["grid", "table_row"])
+@pytest.mark.parametrize("local_ranks", [None, W])
+def test_an_asked_for_2d_kind_on_one_host_says_to_pass_local_ranks(kind, local_ranks):
+    msg = one_line_error(TableSpec("a", 1000, 64, sharding=kind), local_ranks=local_ranks)
+    assert msg.startswith(f"cannot place table 'a' {kind}: it spreads over hosts, and all {W} ranks are on one")
+    assert "pass local_ranks" in msg
+
+
+def test_an_asked_for_grid_narrower_than_the_hosts_is_hierarchical_s_line():
+    msg = one_line_error(TableSpec("a", 1000, 1, sharding="grid"))
+    assert msg == ("grid: table 'a' of dim 1 cannot split its columns over 2 hosts; give it a dim >= 2, fewer hosts "
+                   "(more local ranks), or shard it table_row")
+
+
+@pytest.mark.parametrize("kind,remedy", [("grid", "more ranks"), ("table_row", "more ranks a host (local_ranks)")])
+def test_an_asked_for_2d_kind_that_does_not_fit_says_what_it_needs_and_has(kind, remedy):
+    spec = TableSpec("a", 100_000_000, 128, sharding=kind)
+    need = shard_memory(spec, spec.rows // L, spec.dim // (W // L) if kind == "grid" else spec.dim).device
+    msg = one_line_error(spec, [RankBudget(5 * GB)] * W)
+    assert msg.startswith(f"cannot place table 'a' (100000000 rows x dim 128, sharding={kind!r}): its shard on rank "
+                          f"0 (25000000 rows x {spec.dim // (W // L) if kind == 'grid' else 128} columns) needs "
+                          f"{human_bytes(need)} of device and the rank has 5.00 GB free")
+    assert "a larger device budget" in msg and remedy in msg
