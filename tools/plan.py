@@ -4,13 +4,16 @@ step's activations on a rank.
     python tools/plan.py --preset criteo-1tb --world-size 8 --device-gb 80
     python tools/plan.py --preset criteo-1tb --world-size 8 --device-gb 10 --host-gb 200 --codec int8
     python tools/plan.py --config tables.json --world-size 4 --device-gb 40 --json plan.json
+    python tools/plan.py --config tables.json --world-size 8 --local-ranks 4
     python tools/plan.py --preset criteo-kaggle --world-size 4 --device-gb 8 --link ib100 --skew 1.05 --hot-rows
     python tools/plan.py --plan plan.json --link ib400 --sample data/train --profile h200
 
 With ``--link`` the report adds each rank's estimated step (``gpuemb.sharding.estimate``): compute on a device
 ``--profile``, communication over the link, both under the key skew of ``--skew`` (a Zipf exponent for every table)
 or ``--sample`` (measured per table from shard rows); ``--hot-rows`` adds the step with each table's hottest rows
-replicated on every rank, an estimate only (the plan does not hold them).
+replicated on every rank, an estimate only (the plan does not hold them). With ``--local-ranks`` the ranks sit on
+hosts of that many, and the planner may place a table table_row or grid over them (docs/sharding.md, "The
+planner's 2-D choices").
 
 A ``--config`` file is JSON: a list of tables, or ``{"tables": [...]}``, each with the fields of
 ``gpuemb.sharding.TableSpec`` (``name``, ``rows``, ``dim``, and optionally ``lookups_per_sample``, ``pooling``,
@@ -38,6 +41,7 @@ if __name__ == "__main__":  # before the heavy imports, so that an error or a Ct
 from gpuemb.comm.link import CHOICES as LINKS, parse_link  # noqa: E402
 from gpuemb.sharding.cost import CODEC_BYTES, activation_bytes, human_bytes  # noqa: E402
 from gpuemb.sharding.estimate import estimate_step  # noqa: E402
+from gpuemb.sharding.hierarchical import check_hosts  # noqa: E402
 from gpuemb.sharding.hot import choose_hot_rows  # noqa: E402
 from gpuemb.sharding.plan import load_plan  # noqa: E402
 from gpuemb.sharding.planner import PlanError, plan_tables  # noqa: E402
@@ -65,6 +69,8 @@ def parse_args(argv):
                         "again (its tables, ranks and budgets; the planning flags do not apply)")
     p.add_argument("--world-size", type=int, help=f"ranks (default {DEFAULT_WORLD}; with --plan, checked against "
                    "the plan's)")
+    p.add_argument("--local-ranks", type=int, metavar="N", help="ranks a host, a divisor of --world-size, so that the "
+                   "planner may choose table_row and grid (default: all ranks on one host)")
     p.add_argument("--device-gb", type=float, default=80.0, help="device memory per rank for tables (default 80)")
     p.add_argument("--host-gb", type=float, default=0.0, help="host memory per rank for table rows (default 0)")
     p.add_argument("--ssd-gb", type=float, default=0.0, help="ssd space per rank (default 0)")
@@ -117,6 +123,13 @@ def parse_args(argv):
         args.world_size = DEFAULT_WORLD
     elif args.world_size < 1:
         p.error(f"--world-size must be at least 1, got {args.world_size}")
+    if args.local_ranks is not None:
+        if args.plan:
+            p.error("--local-ranks shapes a new plan; a --plan file keeps its own local_ranks")
+        try:
+            check_hosts(args.world_size, args.local_ranks, "--local-ranks")
+        except ValueError as e:
+            p.error(str(e))
     if not args.device_gb > 0:
         p.error(f"--device-gb must be positive, got {args.device_gb}")
     for name in ("host_gb", "ssd_gb"):
@@ -189,7 +202,7 @@ def main(argv=None):
                 tables = preset_tables(args.preset, **shape)
             budget = RankBudget(int(args.device_gb * 1e9), int(args.host_gb * 1e9), int(args.ssd_gb * 1e9))
             plan = plan_tables(tables, [budget] * args.world_size, args.batch_size, args.codec, args.dp_max_bytes,
-                               args.cache_fraction)
+                               args.cache_fraction, args.local_ranks)
         est, hot = estimate_lines(args, plan) if args.link else (None, None)
     except PlanError as e:
         print(f"plan.py: {e}", file=sys.stderr)

@@ -135,10 +135,42 @@ def test_a_saved_plan_for_another_world_is_one_line(tool, capsys, tmp_path):
 
 
 def test_a_saved_plan_over_hosts_shows_its_grid_table(tool, capsys, tmp_path):
-    # tools/plan.py plans without hosts; a plan made over 2 hosts of 4 ranks, saved, is reported with its grid
+    # a plan made over 2 hosts of 4 ranks by the API, saved, is reported with its grid
     plan = plan_tables([TableSpec("w", 100_000, 1024)], [RankBudget(80 * 10 ** 9)] * 8, local_ranks=4)
     (tmp_path / "plan.json").write_text(plan.to_json())
     assert tool.main(["--plan", str(tmp_path / "plan.json"), "--link", "ib100"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^w +100000 +1024 +grid +0,1,2,3,4,5,6,7 +device +- +2 column ranges over the hosts", out, re.M)
     assert plan.placement("w").reason in out and "estimated step over ib100" in out
+
+
+def test_local_ranks_lets_the_planner_choose_grid(tool, capsys, tmp_path):
+    # test_planner_grid.py's wide table: column-wise on one host, grid over 2 hosts of 4 ranks
+    (tmp_path / "t.json").write_text(json.dumps([{"name": "w", "rows": 100_000, "dim": 1024}]))
+    args = ["--config", str(tmp_path / "t.json"), "--world-size", "8", "--json", str(tmp_path / "plan.json")]
+    assert tool.main(args) == 0
+    assert re.search(r"^w +100000 +1024 +column ", capsys.readouterr().out, re.M)
+    assert tool.main(args + ["--local-ranks", "4"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^w +100000 +1024 +grid +0,1,2,3,4,5,6,7 +device +- +2 column ranges over the hosts, each "
+                     r"row-wise over its 4 ranks: dim 1024 >= 512 with few rows, and a step is estimated", out, re.M)
+    assert Plan.from_json((tmp_path / "plan.json").read_text()).local_ranks == 4
+
+
+@pytest.mark.parametrize("value,message", [
+    ("3", "--local-ranks: 3 ranks a host do not divide the 8 ranks; give the ranks of one host, a divisor of 8"),
+    ("0", "--local-ranks: 0 ranks a host do not divide the 8 ranks"),
+    ("x", "argument --local-ranks: invalid int value: 'x'"),
+])
+def test_a_bad_local_ranks_is_one_line_and_exit_2(tmp_path, value, message):
+    out = run("--preset", "criteo-kaggle", "--local-ranks", value, "--json", str(tmp_path / "plan.json"))
+    assert out.returncode == 2 and out.stdout == "" and not (tmp_path / "plan.json").exists()
+    assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith("plan.py: ") and message in out.stderr
+
+
+def test_local_ranks_with_a_saved_plan_is_one_line(tool, capsys, tmp_path):
+    with pytest.raises(SystemExit) as bad:
+        tool.main(["--plan", str(tmp_path / "plan.json"), "--local-ranks", "2"])
+    assert bad.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "plan.py: --local-ranks shapes a new plan; a --plan file keeps its own local_ranks\n"
