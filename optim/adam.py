@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from gpuemb.autograd.backend import get_array_module
 from gpuemb.autograd.checks import check
 
+from . import dense_kernels
+from .dense_kernels import fusable
 from .optimizer import Optimizer
 from .rule import UpdateRule
 
@@ -36,12 +38,15 @@ class AdamRule(UpdateRule, name="adam"):
         return "adam", (*self.betas, self.eps, self.decoupled)
 
     def update(self, param, grad, state, lr, step):
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        if type(step) is int and fusable(lr, param, grad, m, v):  # one pass, the same bits (dense_kernels.py)
+            return dense_kernels.adam(param, grad, m, v, lr, step, self.betas, self.eps, self.weight_decay,
+                                      self.decoupled)
         xp = get_array_module(param)
         b1, b2 = self.betas
         if self.decoupled and self.weight_decay:
             param *= 1 - lr * self.weight_decay
         g = grad if self.decoupled else self.decayed(param, grad)
-        m, v = state["exp_avg"], state["exp_avg_sq"]
         m *= b1
         m += (1 - b1) * g
         v *= b2

@@ -29,6 +29,24 @@ def _adagrad(w, grad, acc, lr, eps, decay):
         w[i] = w[i] - lr * g / (np.sqrt(a) + eps)
 
 
+@numba.njit(parallel=True, cache=True)
+def _adam(w, grad, m, v, b1, one_b1, b2, one_b2, c1, c2, eps, decay, shrink):
+    for i in numba.prange(w.shape[0]):
+        wi = w[i]
+        if shrink != 1:  # AdamW: the decoupled decay comes first
+            wi = wi * shrink
+        g = grad[i]
+        if decay != 0:  # Adam: L2 folded into the gradient
+            g = g + decay * wi
+        mi = m[i] * b1
+        mi = mi + one_b1 * g
+        m[i] = mi
+        vi = v[i] * b2
+        vi = vi + one_b2 * (g * g)
+        v[i] = vi
+        w[i] = wi - c1 * mi / (np.sqrt(vi) / c2 + eps)
+
+
 def fusable(lr, param, *arrays):
     """Whether the kernels can take this update: host arrays of one float dtype, C-contiguous, of one size, and a
     Python float ``lr`` (a NumPy float64 ``lr`` makes NumPy compute in float64, which the kernels do not)."""
@@ -42,3 +60,12 @@ def adagrad(w, grad, acc, lr, eps, decay):
     """Adagrad on ``w`` and its sum ``acc`` in place (AdagradRule.update's math); see ``fusable``."""
     t = w.dtype.type
     _adagrad(w.reshape(-1), grad.reshape(-1), acc.reshape(-1), t(lr), t(eps), t(decay))
+
+
+def adam(w, grad, m, v, lr, step, betas, eps, decay, decoupled):
+    """Adam (AdamW where ``decoupled``) on ``w`` and its moments in place, at the int ``step`` (AdamRule.update's
+    math); the bias corrections are Python floats, as NumPy's update makes them, cast once to the arrays' type."""
+    t, (b1, b2) = w.dtype.type, betas
+    shrink = 1 - lr * decay if decoupled and decay else 1.0
+    _adam(w.reshape(-1), grad.reshape(-1), m.reshape(-1), v.reshape(-1), t(b1), t(1 - b1), t(b2), t(1 - b2),
+          t(lr / (1 - b1 ** step)), t((1 - b2 ** step) ** 0.5), t(eps), t(0.0 if decoupled else decay), t(shrink))
