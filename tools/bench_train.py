@@ -265,7 +265,8 @@ def dump_batches(name, args, path):
     data = dataset(bc, args.batch_size, args.warmup + args.steps + 2)
     loader = Loader(data.train, LoaderConfig(args.batch_size, shuffle=True, seed=0))
     with Batches(loader) as batches:
-        taken = [[np.array(backend.to_host(a)) for a in next(batches).arrays()] for _ in range(args.warmup + args.steps)]
+        taken = [[np.array(backend.to_host(a)) for a in next(batches).arrays()]
+                 for _ in range(args.warmup + args.steps)]
     shape = {"n_dense": 13, "cardinalities": bc.cardinalities(), "dim": bc.dim, "bottom": bc.bottom, "top": bc.top,
              "cross": bc.cross, "hotness": data.hotness or (1,) * data.n_features, "optimizer": args.optimizer,
              "lr": args.lr, "warmup": args.warmup, "steps": args.steps, "batch_size": args.batch_size}
