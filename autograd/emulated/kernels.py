@@ -5,13 +5,12 @@ counted (``launches.numba``).
 Rebuilding each array from its item count, item size, data pointer, shape and strides, and not from the object
 handed in, makes every emulated launch a test of the argument layout a GPU's CuPy launch passes."""
 import ctypes
+import functools
 import threading
 
 import numpy as np
-from numba.core import types
 
 from .. import launches
-from ..module_launch import ModuleLaunchable
 
 # numba's simulator keeps the running kernel's context in module globals, so two threads launching at once (the
 # training step and the pipeline's prefetch) would read each other's; on a GPU they simply queue. One at a time.
@@ -37,6 +36,7 @@ def rebuild(argtypes, params):
 
 def _take(ty, params, i):
     """The argument of type ``ty`` whose parameters start at ``params[i]``, and where the next one starts."""
+    from numba.core import types
     if isinstance(ty, types.BaseTuple):
         items = []
         for t in ty:
@@ -70,45 +70,53 @@ def _simulated(a):
     return FakeCUDAArray(a) if isinstance(a, np.ndarray) else a
 
 
-class Launchable(ModuleLaunchable):
-    """A ``cuda.jit`` kernel whose launches take device arrays. A launch with a device array and a host array
-    together is refused: on a GPU numba would copy the host one across and back, unseen."""
+@functools.cache
+def launchable_class():
+    """The emulated device's launchable, made on first use: module_launch imports numba, which must wait until this
+    package has switched numba's simulator on (``switch_on_simulator``)."""
+    from ..module_launch import ModuleLaunchable
 
-    compile_first = False  # the simulator compiles nothing: every launch goes through the flattened parameters
+    class Launchable(ModuleLaunchable):
+        """A ``cuda.jit`` kernel whose launches take device arrays. A launch with a device array and a host array
+        together is refused: on a GPU numba would copy the host one across and back, unseen."""
 
-    def __init__(self, dispatcher):
-        super().__init__(dispatcher, device_array)
-        self.py_func = getattr(dispatcher, "py_func", None) or getattr(dispatcher, "fn", None)
+        compile_first = False  # the simulator compiles nothing: every launch goes through the flattened parameters
 
-    def load(self, argtypes):
-        """The simulator's run of the kernel on the arguments rebuilt from their parameters."""
-        def run(grid, block, stream, sharedmem, params):
-            return self.dispatcher[grid, block, stream, sharedmem](*map(_simulated, rebuild(argtypes, params)))
-        return run
+        def __init__(self, dispatcher):
+            super().__init__(dispatcher, device_array)
+            self.py_func = getattr(dispatcher, "py_func", None) or getattr(dispatcher, "fn", None)
 
-    def numba_launch(self, config, args):
-        return self.dispatcher[config](*(_simulated(a._a) if isinstance(a, ndarray) else a for a in args))
+        def load(self, argtypes):
+            """The simulator's run of the kernel on the arguments rebuilt from their parameters."""
+            def run(grid, block, stream, sharedmem, params):
+                return self.dispatcher[grid, block, stream, sharedmem](*map(_simulated, rebuild(argtypes, params)))
+            return run
 
-    def __getitem__(self, config):
-        launch = super().__getitem__(config)
-        name = getattr(self.py_func, "__name__", "kernel")
+        def numba_launch(self, config, args):
+            return self.dispatcher[config](*(_simulated(a._a) if isinstance(a, ndarray) else a for a in args))
 
-        def run(*args):
-            if any(isinstance(a, ndarray) for a in args):
-                for a in args:
-                    if isinstance(a, np.ndarray) and a.ndim:
-                        raise TypeError(f"kernel {name}: a host array (shape {a.shape}) among device arrays; "
-                                        f"copy it across with backend.to_device first")
-                for i, a in enumerate(args):
-                    if isinstance(a, ndarray) and not a._a.flags.aligned:
-                        raise ValueError(f"kernel {name}: argument {i} ({a.dtype}, shape {a.shape}) starts or steps "
-                                         f"off its {a.dtype.alignment}-byte alignment; a GPU stops with "
-                                         "CUDA_ERROR_MISALIGNED_ADDRESS. Pass a copy (`.copy()`)")
-            launches.numba()
-            with _ONE_AT_A_TIME:
-                return launch(*args)
-        return run
+        def __getitem__(self, config):
+            launch = super().__getitem__(config)
+            name = getattr(self.py_func, "__name__", "kernel")
+
+            def run(*args):
+                if any(isinstance(a, ndarray) for a in args):
+                    for a in args:
+                        if isinstance(a, np.ndarray) and a.ndim:
+                            raise TypeError(f"kernel {name}: a host array (shape {a.shape}) among device arrays; "
+                                            f"copy it across with backend.to_device first")
+                    for i, a in enumerate(args):
+                        if isinstance(a, ndarray) and not a._a.flags.aligned:
+                            raise ValueError(f"kernel {name}: argument {i} ({a.dtype}, shape {a.shape}) starts or "
+                                             f"steps off its {a.dtype.alignment}-byte alignment; a GPU stops with "
+                                             "CUDA_ERROR_MISALIGNED_ADDRESS. Pass a copy (`.copy()`)")
+                launches.numba()
+                with _ONE_AT_A_TIME:
+                    return launch(*args)
+            return run
+
+    return Launchable
 
 
 def launchable(dispatcher):
-    return Launchable(dispatcher)
+    return launchable_class()(dispatcher)
