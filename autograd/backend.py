@@ -172,6 +172,9 @@ def kernel_stream(array):
     """The stream a kernel launch takes: CuPy's current one for a real GPU's arrays, so kernels order with CuPy's
     own work; the default one otherwise (the simulator runs every launch at once)."""
     if _REAL_GPU and is_device_array(array):
+        from . import module_launch
+        if module_launch.LAUNCHER == "cupy":  # CuPy launches on it as it is; a numba launch wraps it (numba_stream)
+            return current_stream()
         from numba import cuda
         return cuda.external_stream(current_stream().ptr)
     return 0

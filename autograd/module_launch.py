@@ -155,12 +155,26 @@ def stream_pointer(stream):
     return int(ptr if ptr is not None else stream.handle or 0)
 
 
+def numba_stream(stream):
+    """``stream`` as numba's launch takes it: a CuPy stream (what ``backend.kernel_stream`` gives where CuPy
+    launches, as making a numba stream at every launch would cost the host for nothing) wrapped as numba's external
+    stream; numba's own, or 0, as they are."""
+    if not stream or not hasattr(stream, "ptr"):
+        return stream
+    from numba import cuda
+    return cuda.external_stream(stream.ptr)
+
+
 class CupyLaunchable(ModuleLaunchable):
     """On a GPU: the cubin numba compiled for a signature, loaded into CuPy once and launched by CuPy."""
 
     def __init__(self, dispatcher, cupy):
         super().__init__(dispatcher, lambda a: (a, a.data.ptr) if type(a) is cupy.ndarray else None)
         self.cupy = cupy
+
+    def numba_launch(self, config, args):
+        grid, block, stream, sharedmem = launch_config(config)
+        return self.dispatcher[grid, block, numba_stream(stream), sharedmem](*args)
 
     def load(self, argtypes):
         """CuPy's function for the kernel numba compiled for ``argtypes``; None for what only numba can launch:

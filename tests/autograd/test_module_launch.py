@@ -157,3 +157,29 @@ def test_host_arrays_alone_go_through_numba(rng, monkeypatch):
     _gather_rows_kernel[1, 128, 0](table, idx, out)
     np.testing.assert_array_equal(out, table[idx])
     assert numba_launches == [(1, 128, 0)]
+
+
+def test_a_numba_launch_on_a_gpu_wraps_cupys_stream_as_numbas_external_stream(monkeypatch):
+    """Where CuPy launches, ``backend.kernel_stream`` hands out CuPy's stream; numba's own launch (a first launch,
+    or what cannot be flattened) must get it as numba's stream, and 0 or a numba stream as they are."""
+    from numba import cuda
+
+    class CupyStream:
+        ptr = 0xBEEF
+
+    wrapped = []
+    monkeypatch.setattr(cuda, "external_stream", lambda ptr: wrapped.append(ptr) or f"numba stream {ptr:#x}")
+    configs = []
+
+    class Dispatcher:
+        def __getitem__(self, config):
+            configs.append(config)
+            return lambda *args: args
+
+    fake_cupy = type("cupy", (), {"ndarray": type("ndarray", (), {})})
+    k = module_launch.CupyLaunchable(Dispatcher(), fake_cupy)
+    assert k.numba_launch((4, 64, CupyStream()), (1, 2)) == (1, 2)
+    k.numba_launch(((2, 2), 32, 0, 128), ())
+    assert configs == [((4,), (64,), "numba stream 0xbeef", 0), ((2, 2), (32,), 0, 128)] and wrapped == [0xBEEF]
+    numba_own = type("Stream", (), {"handle": 7})()
+    assert module_launch.numba_stream(numba_own) is numba_own and module_launch.numba_stream(0) == 0
