@@ -5,6 +5,13 @@ loads. Each one is left alone where the user has set it, so that a program embed
   runs numba's parallel kernels between its matmuls: on the 2-core machine a kernel right after a matmul took 2.8
   ms against 1.7 ms alone, and kaggle's step 64.9 ms against 58.7 ms (medians of 6; docs/perf/README.md). 2**4
   cycles lets them sleep at once. OpenBLAS reads this when it loads, so it holds where NumPy loads after gpuemb.
+- numba's parallel kernels run on libgomp's threads, which spin for 300,000 rounds after each kernel before they
+  sleep, so the matmul that follows shares the cores with them and took 2x its time (docs/perf/README.md, "Two
+  thread pools on two cores"). 1000 rounds lets them sleep almost at once: kaggle's step, gpuemb alone in its
+  process, ran at 43.4k samples/s against 42.0k (medians of 3 interleaved rounds, ``tools/bench_sides.py``), where
+  ``OMP_WAIT_POLICY=passive`` gave 41.2k and numba's workqueue layer 35.5k. Left alone where the user set
+  either variable. libgomp reads it when it loads, so it also holds for torch's own libgomp if torch loads later
+  in the same process.
 - glibc's malloc gives freed memory back to the kernel when more than its trim threshold lies free at the top of
   the heap, and serves blocks over its mmap threshold from fresh mappings. A step frees tens of MB of
   activations and gradients and allocates them again, so every step faulted 2,500 to 4,000 pages back in: 10 to
@@ -18,6 +25,8 @@ import os
 import sys
 
 OPENBLAS_THREAD_TIMEOUT = "4"
+GOMP_SPINCOUNT = "1000"
+THREAD_WAIT_SETTINGS = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")  # where either is set, the user chose how threads wait
 # mallopt's parameter numbers (glibc's malloc.h) and their values here. 32 MiB is glibc's ceiling for the mmap
 # threshold on 64-bit; the trim threshold only has to exceed what a step frees at once.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -50,10 +59,13 @@ def keep_freed_pages():
 
 
 def apply():
-    """Both settings; returns {setting: whether gpuemb set it}."""
+    """Every setting; returns {setting: whether gpuemb set it}."""
     timeout = "OPENBLAS_THREAD_TIMEOUT" not in os.environ
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", OPENBLAS_THREAD_TIMEOUT)
-    return {"openblas_thread_timeout": timeout, "malloc_thresholds": keep_freed_pages()}
+    spin = not any(name in os.environ for name in THREAD_WAIT_SETTINGS)
+    if spin:
+        os.environ["GOMP_SPINCOUNT"] = GOMP_SPINCOUNT
+    return {"openblas_thread_timeout": timeout, "gomp_spincount": spin, "malloc_thresholds": keep_freed_pages()}
 
 
 APPLIED = apply()

@@ -25,7 +25,8 @@ print(gpuemb.host_tuning.APPLIED["malloc_thresholds"], faults)
 
 
 def _run(code, **set_env):
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_THREAD_TIMEOUT", *host_tuning.MALLOC_SETTINGS)}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENBLAS_THREAD_TIMEOUT", *host_tuning.THREAD_WAIT_SETTINGS, *host_tuning.MALLOC_SETTINGS)}
     env.pop("GLIBC_TUNABLES", None)
     env.update(set_env)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -36,6 +37,15 @@ def _run(code, **set_env):
 @pytest.mark.parametrize("given, want", [({}, "4"), ({"OPENBLAS_THREAD_TIMEOUT": "28"}, "28")])
 def test_import_gpuemb_sets_the_openblas_thread_timeout_unless_given(given, want):
     assert _run(PROBE, **given) == [want]
+
+
+SPIN = "import os, gpuemb; print(os.environ.get('GOMP_SPINCOUNT', '-'), gpuemb.host_tuning.APPLIED['gomp_spincount'])"
+
+
+@pytest.mark.parametrize("given, want", [({}, ["1000", "True"]), ({"GOMP_SPINCOUNT": "5"}, ["5", "False"]),
+                                         ({"OMP_WAIT_POLICY": "active"}, ["-", "False"])])
+def test_import_gpuemb_lets_libgomps_threads_sleep_soon_unless_the_user_chose_how_they_wait(given, want):
+    assert _run(SPIN, **given) == want
 
 
 @pytest.mark.skipif(host_tuning._glibc() is None, reason="mallopt's thresholds are glibc's; this C library is not")
