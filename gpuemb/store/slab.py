@@ -47,16 +47,16 @@ def _release(used, ids):
     return -1
 
 
-def grown_to(a, size):
-    """``a`` zero-extended to at least ``size`` elements: ``a`` itself while it is long enough, else a copy a quarter
-    larger at least, for arrays that follow a growing number of rows (the used flags here, a level's per-slot
-    arrays). Growing to exactly the size at every slab would copy them whole each time, quadratic in the rows
-    (1,500 copies of up to 100M slots for a 100M-row table in 64k-row slabs); a quarter keeps growth amortised O(1)
-    and the slack under a quarter, which counts against the store's bytes per key. The slots past the old length
-    are zero, which every reader takes as unoccupied."""
+def grown_to(a, size, ahead=4):
+    """``a`` zero-extended to at least ``size`` elements: ``a`` itself while it is long enough, else a copy larger
+    by ``1/ahead`` at least, for arrays that follow a growing number of rows (the used flags here, a level's per-slot
+    arrays, a tier's rows). Growing to exactly the size at every slab would copy them whole each time, quadratic in
+    the rows (1,500 copies of up to 100M slots for a 100M-row table in 64k-row slabs); a quarter keeps growth
+    amortised O(1) and the slack under a quarter, which counts against the store's bytes per key. The slots past the
+    old length are zero, which every reader takes as unoccupied."""
     if a.shape[0] >= size:
         return a
-    b = get_array_module(a).zeros((max(size, a.shape[0] + a.shape[0] // 4),) + a.shape[1:], a.dtype)
+    b = get_array_module(a).zeros((max(size, a.shape[0] + a.shape[0] // ahead),) + a.shape[1:], a.dtype)
     b[:a.shape[0]] = a
     return b
 
