@@ -12,6 +12,12 @@ loads. Each one is left alone where the user has set it, so that a program embed
   ``OMP_WAIT_POLICY=passive`` gave 41.2k and numba's workqueue layer 35.5k. Left alone where the user set
   either variable. libgomp reads it when it loads, so it also holds for torch's own libgomp if torch loads later
   in the same process.
+- NumPy asks the kernel for transparent huge pages on every array of 4 MB or more (``madvise``). Where the kernel
+  compacts memory for such requests as they fault in (``/sys/kernel/mm/transparent_hugepage/defrag`` set to
+  ``madvise``, a common default), a step that maps large arrays afresh stalls in that compaction: on the 2-core
+  Xeon, MLPerf DLRM-DCNv2's step ran at 1,337 samples/s with ``NUMPY_MADVISE_HUGEPAGE=0`` against 1,175 without,
+  and kaggle's at 43.9k against 41.8k (medians of 3 interleaved rounds, each side in its own process,
+  docs/perf/README.md). NumPy reads the variable when it loads.
 - glibc's malloc gives freed memory back to the kernel when more than its trim threshold lies free at the top of
   the heap, and serves blocks over its mmap threshold from fresh mappings. A step frees tens of MB of
   activations and gradients and allocates them again, so every step faulted 2,500 to 4,000 pages back in: 10 to
@@ -26,6 +32,7 @@ import sys
 
 OPENBLAS_THREAD_TIMEOUT = "4"
 GOMP_SPINCOUNT = "1000"
+NUMPY_MADVISE_HUGEPAGE = "0"
 THREAD_WAIT_SETTINGS = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")  # where either is set, the user chose how threads wait
 # mallopt's parameter numbers (glibc's malloc.h) and their values here. 32 MiB is glibc's ceiling for the mmap
 # threshold on 64-bit; the trim threshold only has to exceed what a step frees at once.
@@ -65,7 +72,10 @@ def apply():
     spin = not any(name in os.environ for name in THREAD_WAIT_SETTINGS)
     if spin:
         os.environ["GOMP_SPINCOUNT"] = GOMP_SPINCOUNT
-    return {"openblas_thread_timeout": timeout, "gomp_spincount": spin, "malloc_thresholds": keep_freed_pages()}
+    huge = "NUMPY_MADVISE_HUGEPAGE" not in os.environ
+    os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", NUMPY_MADVISE_HUGEPAGE)
+    return {"openblas_thread_timeout": timeout, "gomp_spincount": spin, "numpy_madvise_hugepage": huge,
+            "malloc_thresholds": keep_freed_pages()}
 
 
 APPLIED = apply()

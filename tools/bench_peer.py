@@ -8,7 +8,9 @@ own pool then waits for. TorchRec's step measured 14 to 25% slower in gpuemb's p
 (issue 27), so a ratio taken in one process flatters gpuemb. ``tools/bench_sides.py`` runs each side this way.
 
 The file holds the batches in the order gpuemb's Run trains them (its loader, seed 0) and the config's shape; the
-model, the rule and the timing are ``bench_train_torchrec``'s and ``bench_train_torch``'s, as in one process.
+model, the rule and the timing are ``bench_train_torchrec``'s and ``bench_train_torch``'s, as in one process. For a
+DLRM it then times the step's MLP matmuls alone in torch (``gemm_floor.py``, on torch's BLAS), beside gpuemb's
+floor on NumPy's: how much of a gap is the BLAS's.
 """
 import argparse
 import json
@@ -24,6 +26,7 @@ import numpy as np
 
 import bench_train_torch
 import bench_train_torchrec
+import gemm_floor
 
 SIDES = ("torchrec", "torch")
 SHAPE_KEYS = ("n_dense", "cardinalities", "dim", "bottom", "top", "cross", "hotness", "optimizer", "lr", "warmup",
@@ -87,7 +90,14 @@ def main(argv=None):
     rate, loss = run(args.side, shape, batches)
     result = {"side": args.side, "samples_per_s": rate, "step_ms": 1e3 * shape["batch_size"] / rate, "loss": loss,
               "imported_gpuemb": "gpuemb" in sys.modules, "imported_numba": "numba" in sys.modules}
-    print(f"{args.side}: {rate:,.0f} samples/s ({result['step_ms']:.1f} ms a step, loss {loss:.4f})", flush=True)
+    floor = ""
+    if not shape["cross"]:  # gemm_floor.py counts a DLRM's matmuls, not the cross layers'
+        import torch
+        bc = argparse.Namespace(**{k: shape[k] for k in ("dim", "bottom", "top")})
+        result["gemm_floor_ms"] = gemm_floor.gemm_floor_ms(bc, shape["batch_size"], array=torch.from_numpy)
+        floor = f"; its MLP matmuls alone in torch, {result['gemm_floor_ms']:.1f} ms"
+    print(f"{args.side}: {rate:,.0f} samples/s ({result['step_ms']:.1f} ms a step, loss {loss:.4f}{floor})",
+          flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f)

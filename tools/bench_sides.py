@@ -140,12 +140,15 @@ def bench(config, args, tmp):
             what = f"{rate:,.0f} samples/s" if rate else f"failed: {run['error']}"
             print(f"  round {r + 1}: {side.name:<34} {what}", flush=True)
     peers = {s.peer: s for s in sides if s.peer}
-    print(f"  {'side':<34}{'samples/s, median (range)':>30}" + "".join(f"{'vs ' + p:>24}" for p in peers), flush=True)
+    print(f"  {'side':<34}{'samples/s, median (range)':>30}{'GEMM floor ms':>15}"
+          + "".join(f"{'vs ' + p:>24}" for p in peers), flush=True)
     for side in sides:
         ok = [x for x in side.rates if x]
         rate = f"{statistics.median(ok):,.0f} ({min(ok):,.0f}-{max(ok):,.0f})" if ok else "failed"
+        floors = [r["gemm_floor_ms"] for r in side.runs if r.get("gemm_floor_ms")]
+        floor = f"{statistics.median(floors):.1f}" if floors else "-"
         cols = "".join(f"{spread(ratios(side, p)) if not side.peer else '':>24}" for p in peers.values())
-        print(f"  {side.name:<34}{rate:>30}{cols}", flush=True)
+        print(f"  {side.name:<34}{rate:>30}{floor:>15}{cols}", flush=True)
     return {"config": config, "sides": [{"name": s.name, "env": s.env, "peer": s.peer, "rates": s.rates,
                                          "runs": s.runs, **{f"vs_{p}": ratios(s, ps) for p, ps in peers.items()
                                                             if not s.peer}} for s in sides]}

@@ -30,15 +30,17 @@ def _median_ms(fn, repeats):
     return 1e3 * float(np.median(times))
 
 
-def gemm_floor_ms(bc, batch_size, repeats=5, seed=0):
-    """The sum of the median times of a step's matmuls at ``batch_size`` (float32), in ms."""
+def gemm_floor_ms(bc, batch_size, repeats=5, seed=0, array=None):
+    """The sum of the median times of a step's matmuls at ``batch_size`` (float32), in ms. ``array``: a function
+    from a NumPy array to the array type whose ``@`` to time (``torch.from_numpy`` for a peer's BLAS, in the peer's
+    own process: ``bench_peer.py``); NumPy's own by default."""
     rng = np.random.default_rng(seed)
+    array = array or (lambda a: a)
     total = 0.0
     for m, sizes in enumerate(mlp_layers(bc)):
         for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-            x = rng.standard_normal((batch_size, a), dtype=np.float32)
-            g = rng.standard_normal((batch_size, b), dtype=np.float32)
-            W = rng.standard_normal((b, a), dtype=np.float32)
+            x, g, W = (array(rng.standard_normal(shape, dtype=np.float32))
+                       for shape in ((batch_size, a), (batch_size, b), (b, a)))
             total += _median_ms(lambda: x @ W.T, repeats)
             if m or i:  # the bottom MLP's first layer needs no input gradient
                 total += _median_ms(lambda: g @ W, repeats)

@@ -26,7 +26,8 @@ print(gpuemb.host_tuning.APPLIED["malloc_thresholds"], faults)
 
 def _run(code, **set_env):
     env = {k: v for k, v in os.environ.items()
-           if k not in ("OPENBLAS_THREAD_TIMEOUT", *host_tuning.THREAD_WAIT_SETTINGS, *host_tuning.MALLOC_SETTINGS)}
+           if k not in ("OPENBLAS_THREAD_TIMEOUT", "NUMPY_MADVISE_HUGEPAGE", *host_tuning.THREAD_WAIT_SETTINGS,
+                        *host_tuning.MALLOC_SETTINGS)}
     env.pop("GLIBC_TUNABLES", None)
     env.update(set_env)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -46,6 +47,15 @@ SPIN = "import os, gpuemb; print(os.environ.get('GOMP_SPINCOUNT', '-'), gpuemb.h
                                          ({"OMP_WAIT_POLICY": "active"}, ["-", "False"])])
 def test_import_gpuemb_lets_libgomps_threads_sleep_soon_unless_the_user_chose_how_they_wait(given, want):
     assert _run(SPIN, **given) == want
+
+
+# NumPy's own switch, read when it loads: whether it madvises huge pages for large arrays
+HUGE = "import gpuemb, numpy as np; print(int(np._core.multiarray._get_madvise_hugepage()))"
+
+
+@pytest.mark.parametrize("given, want", [({}, ["0"]), ({"NUMPY_MADVISE_HUGEPAGE": "1"}, ["1"])])
+def test_import_gpuemb_stops_numpys_huge_page_requests_unless_the_user_chose(given, want):
+    assert _run(HUGE, **given) == want
 
 
 @pytest.mark.skipif(host_tuning._glibc() is None, reason="mallopt's thresholds are glibc's; this C library is not")

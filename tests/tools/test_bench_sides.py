@@ -55,6 +55,9 @@ def test_rounds_turn_the_order_and_each_ratio_is_of_its_own_round(tmp_path):
         assert len(side["rates"]) == 2 and all(r > 0 for r in side["rates"]), side
         assert side["vs_torch"] == pytest.approx([a / b for a, b in zip(side["rates"], peer)])
         assert all(run["loss"] < 5 for run in side["runs"])
+    # each side's GEMM floor, on its own BLAS, in its own process: NumPy's for gpuemb, torch's for the peer
+    assert all(run["gemm_floor_ms"] > 0 for side in result["sides"] for run in side["runs"])
+    assert "GEMM floor ms" in out.stdout
 
 
 def test_a_bad_variant_or_a_file_that_is_not_a_batch_file_is_one_line(tmp_path):
