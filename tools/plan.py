@@ -90,6 +90,10 @@ def parse_args(argv):
     est = p.add_argument_group("step-time estimate")
     est.add_argument("--link", metavar="LINK", help="estimate each rank's step over this link between ranks, as "
                      f"tools/train.py --link models it: {', '.join(LINKS)} (default: no estimate)")
+    est.add_argument("--local-link", metavar="LINK", default="nvlink4",
+                     help="the link between the ranks of one host, where the plan has hosts (--local-ranks, or a "
+                     "--plan made with them); --link is then the link between hosts (default nvlink4, as the "
+                     "planner weighs table_row and grid)")
     est.add_argument("--profile", choices=sorted(PROFILES), default="h200",
                      help="the device's gather and row-update speeds (gpuemb/sharding/profile.py; default h200)")
     skew = est.add_mutually_exclusive_group()
@@ -111,6 +115,10 @@ def parse_args(argv):
             p.error(str(e))
         if args.link is None:
             p.error("--link none gives nothing to estimate; name a link, or leave the flag out")
+        try:
+            args.local_link = parse_link(args.local_link, "--local-link")
+        except ValueError as e:
+            p.error(str(e))
     elif args.skew is not None or args.sample or args.hot_rows or args.dense_bytes:
         p.error("--skew, --sample, --hot-rows and --dense-bytes shape the estimate; give --link too")
     if args.skew is not None and not (args.skew >= 0 and math.isfinite(args.skew)):
@@ -180,10 +188,13 @@ def estimate_lines(args, plan):
     else:
         skews = {}
     profile = PROFILES[args.profile]
-    est = estimate_step(plan, args.link, profile, skews, dense_bytes=args.dense_bytes)
+    # a host's own ranks talk over --local-link where the plan has hosts; estimate_step ignores it otherwise
+    local = args.local_link if plan.local_ranks and plan.local_ranks < plan.world_size else None
+    est = estimate_step(plan, args.link, profile, skews, dense_bytes=args.dense_bytes, local_link=local)
     hot = None
     if args.hot_rows:
-        hot = estimate_step(plan, args.link, profile, skews, choose_hot_rows(plan, skews), args.dense_bytes)
+        hot = estimate_step(plan, args.link, profile, skews, choose_hot_rows(plan, skews), args.dense_bytes,
+                            local_link=local)
     return est, hot
 
 

@@ -81,6 +81,7 @@ class StepEstimate:
     ranks: tuple
     hot: dict
     skew_note: str = ""
+    local_link: object = None  # the link within a host, where the plan's hosts were given one
 
     @property
     def step_s(self):
@@ -254,7 +255,8 @@ def estimate_step(plan, link, profile, skews=None, hot=None, dense_bytes=0, loca
             sent[tag] += out
         ranks.append(RankTime(float(st.gather[r]), float(st.update[r]),
                               profile.seconds(st.gather[r], st.update[r]), messages, nbytes, comm_s, dict(sent)))
-    return StepEstimate(link, profile, tuple(ranks), hot, _skew_note(skews, len(plan.placements)))
+    return StepEstimate(link, profile, tuple(ranks), hot, _skew_note(skews, len(plan.placements)),
+                        local_link if near is not None else None)
 
 
 def _skew_note(skews, n_tables):

@@ -83,7 +83,8 @@ def format_report(plan, estimate=None, hot_estimate=None):
                       sum(s.cache_rows for s in p.shards) or "-", p.reason] for p in plan.placements],
                     left=(0, 3, 4, 5, 7))
     if estimate is not None:
-        lines += [""] + estimate_lines(estimate, f"estimated step over {estimate.link.name} on "
+        within = f" between hosts, {estimate.local_link.name} within one," if estimate.local_link else ""
+        lines += [""] + estimate_lines(estimate, f"estimated step over {estimate.link.name}{within} on "
                                                  f"{estimate.profile.name} ({_skew_words(estimate)}):")
     if hot_estimate is not None:
         lines += ["", "hot rows replicated on every rank (estimated only: the plan and the runtime do not hold "

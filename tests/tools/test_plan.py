@@ -174,3 +174,27 @@ def test_local_ranks_with_a_saved_plan_is_one_line(tool, capsys, tmp_path):
     assert bad.value.code == 2
     err = capsys.readouterr().err
     assert err == "plan.py: --local-ranks shapes a new plan; a --plan file keeps its own local_ranks\n"
+
+
+def test_a_plan_over_hosts_is_estimated_with_its_hosts_own_link(tool, capsys, tmp_path):
+    """A grid plan's all-to-alls within a host go over --local-link (NVLink by default), between hosts over --link,
+    and the report names both. Each rank also sends to the other host, so the slower link sets its exchange: a
+    host's own link shows in the step where it is the slower one."""
+    plan = plan_tables([TableSpec("w", 100_000, 1024)], [RankBudget(80 * 10 ** 9)] * 8, local_ranks=4)
+    path = tmp_path / "plan.json"
+    path.write_text(plan.to_json())
+    assert tool.main(["--plan", str(path), "--link", "ib100"]) == 0
+    out = capsys.readouterr().out
+    assert "estimated step over ib100 between hosts, nvlink4 within one, on h200" in out
+    args = tool.parse_args(["--plan", str(path), "--link", "ib100"])
+    fast, _ = tool.estimate_lines(args, tool.load_plan(str(path), None))
+    args = tool.parse_args(["--plan", str(path), "--link", "ib100", "--local-link", "1000:0.1"])
+    slow, _ = tool.estimate_lines(args, tool.load_plan(str(path), None))
+    assert fast.local_link.name == "nvlink4" and slow.local_link.name == "1000:0.1"
+    assert fast.step_s < slow.step_s
+
+
+def test_a_bad_local_link_is_one_line_and_exit_2(tmp_path):
+    out = run("--preset", "criteo-kaggle", "--link", "ib100", "--local-link", "ib7")
+    assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1
+    assert "--local-link 'ib7' is not a link" in out.stderr
