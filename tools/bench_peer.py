@@ -76,9 +76,10 @@ def run(side, shape, batches):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("batches", help="a file written by bench_train.py --dump-batches")
-    ap.add_argument("--side", choices=SIDES, required=True)
+    ap.add_argument("--side", choices=SIDES, required=True,
+                    help="the peer to train: TorchRec over FBGEMM, or plain torch")
     ap.add_argument("--json", metavar="FILE", help="also write the result as JSON")
     args = ap.parse_args(argv)
     shape, batches = load(args.batches)
