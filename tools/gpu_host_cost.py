@@ -84,7 +84,9 @@ def numba_gather(table, idx):
     launch = getattr(_gather_rows_kernel, "dispatcher", _gather_rows_kernel) if backend.real_gpu() \
         else _gather_rows_kernel  # the emulated device's dispatcher takes only its own arrays
     out = backend.xp.empty((idx.shape[0], table.shape[1]), dtype=table.dtype)
-    launch[blocks_for(idx.shape[0] * table.shape[1]), 256, stream_for(table)](table, idx, out)
+    # numba's dispatcher takes numba's stream; stream_for gives CuPy's where CuPy launches the project's kernels
+    stream = module_launch.numba_stream(stream_for(table))
+    launch[blocks_for(idx.shape[0] * table.shape[1]), 256, stream](table, idx, out)
     return out
 
 
