@@ -35,7 +35,8 @@ class AdagradRule(UpdateRule, name="adagrad"):
 
     def update(self, param, grad, state, lr, step):
         acc = state["sum"]
-        if fusable(lr, param, grad, acc):  # one pass, the same bits (dense_kernels.py)
+        # one pass, the same bits (dense_kernels.py); a subclass may change the math (squares), which it would not
+        if type(self) is AdagradRule and fusable(lr, param, grad, acc):
             return dense_kernels.adagrad(param, grad, acc, lr, self.eps, self.weight_decay)
         xp = get_array_module(param)
         g = self.decayed(param, grad)

@@ -39,7 +39,8 @@ class AdamRule(UpdateRule, name="adam"):
 
     def update(self, param, grad, state, lr, step):
         m, v = state["exp_avg"], state["exp_avg_sq"]
-        if type(step) is int and fusable(lr, param, grad, m, v):  # one pass, the same bits (dense_kernels.py)
+        # one pass, the same bits (dense_kernels.py); a subclass may change the math (decayed), which it would not
+        if type(self) is AdamRule and type(step) is int and fusable(lr, param, grad, m, v):
             return dense_kernels.adam(param, grad, m, v, lr, step, self.betas, self.eps, self.weight_decay,
                                       self.decoupled)
         xp = get_array_module(param)

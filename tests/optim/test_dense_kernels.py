@@ -81,3 +81,17 @@ def test_rows_with_a_step_each_take_the_numpy_update():
     m, v = 0.1 * grad, 0.001 * (grad * grad)
     want -= 0.01 / (1 - 0.9 ** step) * m / (np.sqrt(v) / (1 - 0.999 ** step) ** 0.5 + 1e-8)
     np.testing.assert_allclose(rows, want, rtol=1e-6)
+
+
+def test_a_subclass_that_changes_the_math_keeps_its_own_update():
+    """The kernels follow AdagradRule's and AdamRule's own math; a subclass's override must not be bypassed."""
+    class Halved(AdagradRule):
+        def squares(self, g):
+            return 0.5 * g * g
+
+    rng = np.random.default_rng(3)
+    w, grad = (rng.standard_normal(100).astype(np.float32) for _ in range(2))
+    got = w.copy()
+    Halved().update(got, grad, {"sum": np.zeros_like(w)}, 0.1, 1)
+    acc = 0.5 * grad * grad
+    np.testing.assert_array_equal(got, w - 0.1 * grad / (np.sqrt(acc) + 1e-10))
