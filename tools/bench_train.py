@@ -216,6 +216,11 @@ def ours(config, data, warmup, steps, profile=None):
         run.close()
 
 
+def peer_batches(data, args):
+    """The peers' batches of ``data``, as the Run's loader makes them (shuffled, seed 0): a context manager."""
+    return Batches(Loader(data.train, LoaderConfig(args.batch_size, shuffle=True, seed=0)))
+
+
 def peer(name, bc, data, args):
     """A peer's samples/s and mean loss on the same batches as ours (the Run's loader settings): "torchrec" or
     "torch"."""
@@ -225,8 +230,7 @@ def peer(name, bc, data, args):
                                            cross=bc.cross)
     else:
         model = bench_train_torch.build(13, bc.cardinalities(), bc.dim, bc.bottom, bc.top, hot, bc.cross)
-    loader = Loader(data.train, LoaderConfig(args.batch_size, shuffle=True, seed=0))
-    with Batches(loader) as batches:
+    with peer_batches(data, args) as batches:
         if name == "torchrec":
             rate, loss = bench_train_torchrec.samples_per_s(model, batches, args.warmup, args.steps, args.optimizer,
                                                             args.lr, hot)
@@ -263,8 +267,7 @@ def dump_batches(name, args, path):
     shape to ``path``, for ``bench_peer.py`` to train on in a process without gpuemb."""
     bc, args = resolved(name, args)
     data = dataset(bc, args.batch_size, args.warmup + args.steps + 2)
-    loader = Loader(data.train, LoaderConfig(args.batch_size, shuffle=True, seed=0))
-    with Batches(loader) as batches:
+    with peer_batches(data, args) as batches:
         taken = [[np.array(backend.to_host(a)) for a in next(batches).arrays()]
                  for _ in range(args.warmup + args.steps)]
     shape = {"n_dense": 13, "cardinalities": bc.cardinalities(), "dim": bc.dim, "bottom": bc.bottom, "top": bc.top,
