@@ -90,7 +90,7 @@ def parse_args(argv):
     est = p.add_argument_group("step-time estimate")
     est.add_argument("--link", metavar="LINK", help="estimate each rank's step over this link between ranks, as "
                      f"tools/train.py --link models it: {', '.join(LINKS)} (default: no estimate)")
-    est.add_argument("--local-link", metavar="LINK", default="nvlink4",
+    est.add_argument("--local-link", metavar="LINK",
                      help="the link between the ranks of one host, where the plan has hosts (--local-ranks, or a "
                      "--plan made with them); --link is then the link between hosts (default nvlink4, as the "
                      "planner weighs table_row and grid)")
@@ -116,11 +116,11 @@ def parse_args(argv):
         if args.link is None:
             p.error("--link none gives nothing to estimate; name a link, or leave the flag out")
         try:
-            args.local_link = parse_link(args.local_link, "--local-link")
+            args.local_link = parse_link(args.local_link or "nvlink4", "--local-link")
         except ValueError as e:
             p.error(str(e))
-    elif args.skew is not None or args.sample or args.hot_rows or args.dense_bytes:
-        p.error("--skew, --sample, --hot-rows and --dense-bytes shape the estimate; give --link too")
+    elif args.skew is not None or args.sample or args.hot_rows or args.dense_bytes or args.local_link:
+        p.error("--skew, --sample, --hot-rows, --dense-bytes and --local-link shape the estimate; give --link too")
     if args.skew is not None and not (args.skew >= 0 and math.isfinite(args.skew)):
         p.error(f"--skew must be a finite Zipf exponent >= 0, got {args.skew}")
     if args.sample_rows < 1 or args.dense_bytes < 0:

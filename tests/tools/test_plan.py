@@ -198,3 +198,5 @@ def test_a_bad_local_link_is_one_line_and_exit_2(tmp_path):
     out = run("--preset", "criteo-kaggle", "--link", "ib100", "--local-link", "ib7")
     assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1
     assert "--local-link 'ib7' is not a link" in out.stderr
+    out = run("--preset", "criteo-kaggle", "--local-link", "ib100")  # nothing to estimate: not silently ignored
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1 and "give --link too" in out.stderr
