@@ -211,9 +211,18 @@ def ours(config, data, warmup, steps, profile=None):
                 "loss": float(np.mean(losses)), "hit_rate": hits / seen if seen else None,
                 "prefetched": run.pipeline.prefetched, "prefetch_skipped": run.pipeline.skipped,
                 "transfers_per_step": {k: v / steps for k, v in crossed.items()},
-                "launches_per_step": launches.per_step(launched, steps)}
+                "launches_per_step": launched_per_step(launched, steps)}
     finally:
         run.close()
+
+
+def launched_per_step(launched, steps):
+    """``launches.per_step``, with the launch counts None on a real GPU, where only the reads back are counted
+    (autograd/launches.py): a 0 there would say the step launched nothing."""
+    counts = launches.per_step(launched, steps)
+    if backend.real_gpu():
+        counts.update({f: None for f in launches.FIELDS if f != "readbacks"}, by_phase=None)
+    return counts
 
 
 def peer_batches(data, args):
@@ -341,14 +350,17 @@ def format_row(r):
     def ratio(key):
         return f"{r[key]:.2f}" if r.get(key) is not None else "-"
     t = r["transfers_per_step"]  # host-device crossings: all zero on the CPU, where nothing crosses
-    n = r["launches_per_step"]  # all zero on the CPU too; on a GPU only the reads back are counted
+    n = r["launches_per_step"]  # all zero on the CPU too; on a GPU only the reads back are counted, the rest None
+    launched = ("launches not counted on a GPU (tools/count_step.py counts them on the emulated device)"
+                if n["numba"] is None else
+                f"{n['numba']:.1f} numba kernels, {n['cupy']:.1f} CuPy calls, {n['cublaslt']:.1f} cuBLASLt calls")
     hit = f"{r['hit_rate']:.2f}" if r["hit_rate"] is not None and r["store"] != "device" else "-"
     return (f"gpuemb {r['store']:<6} pipeline {r['pipeline']:<3} {r['samples_per_s']:>12,.0f} samples/s  "
             f"({r['step_ms']:.1f} ms, loss {r['loss']:.4f})  vs torchrec {ratio('vs_torchrec')}  vs torch "
             f"{ratio('vs_torch')}  vs device {ratio('vs_device')}  "
             f"cache hits {hit}\n    per step: {t['to_device']:.1f} to the device, {t['to_host']:.1f} to the host, "
-            f"{t['syncs']:.1f} syncs, {t['bytes'] / 1e6:.2f} MB\n    launched per step: {n['numba']:.1f} numba "
-            f"kernels, {n['cupy']:.1f} CuPy calls, {n['cublaslt']:.1f} cuBLASLt calls; {n['readbacks']:.1f} reads back")
+            f"{t['syncs']:.1f} syncs, {t['bytes'] / 1e6:.2f} MB\n    launched per step: {launched}; "
+            f"{n['readbacks']:.1f} reads back")
 
 
 def main(argv=None):

@@ -130,6 +130,23 @@ def test_the_mlperf_dcnv2_config_runs_its_own_batch_and_steps_unless_told():
         "bottom": [512, 256, 128], "n_cross": 3, "rank": 512, "deep": [1024, 1024, 512, 256]}
 
 
+def test_a_gpu_row_says_its_launches_are_not_counted_rather_than_zero(monkeypatch):
+    (bench_train,) = _tools("bench_train")
+    from gpuemb.autograd import backend, launches
+    total = launches.COUNTS.snapshot()
+    total.update(numba=0, cupy=0, cublaslt=0, readbacks=19)  # what a real GPU counts: the reads back alone
+    monkeypatch.setattr(backend, "real_gpu", lambda: True)
+    n = bench_train.launched_per_step(total, 10)
+    assert n["readbacks"] == 1.9 and n["numba"] is None and n["cupy"] is None and n["by_phase"] is None
+    row = {"store": "device", "pipeline": "on", "samples_per_s": 1e6, "step_ms": 26.9, "loss": 0.6, "hit_rate": None,
+           "transfers_per_step": {"to_device": 0.6, "to_host": 1.9, "syncs": 1.9, "bytes": 1e7},
+           "launches_per_step": n}
+    text = bench_train.format_row(row)
+    assert "launches not counted on a GPU" in text and "1.9 reads back" in text and "0.0 numba" not in text
+    monkeypatch.setattr(backend, "real_gpu", lambda: False)
+    assert bench_train.launched_per_step(total, 10)["numba"] == 0  # the CPU and the emulated device: counted
+
+
 def _floor_module():
     sys.path.insert(0, str(TOOLS))
     try:
