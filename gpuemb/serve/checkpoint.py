@@ -13,7 +13,7 @@ import tempfile
 from types import SimpleNamespace
 
 from gpuemb.train import checkpoint as ckpt
-from gpuemb.train.config import TrainConfig
+from gpuemb.train.config import TrainConfig, as_it_ran
 from gpuemb.train.data import open_data, synthetic_config, uses_synthetic
 from gpuemb.store.snapshot import SnapshotError, read_snapshot
 from gpuemb.train.model import build_model
@@ -109,7 +109,7 @@ def _tables(model):
 def _load(folder, body, restore):
     """``(model in eval mode, data shape)`` of checkpoint ``folder`` (manifest ``body``); ``restore``: load the
     tables' rows too."""
-    config = TrainConfig.from_dict(body["config"], f"{folder}: its config")
+    config = TrainConfig.from_dict(as_it_ran(body["config"]), f"{folder}: its config")
     config = config.replace(store="device", cache_rows=0, host_cache_rows=0, precision="fp32")
     shape = data_shape(config, body)
     model = build_model(config, shape, None, config.optimization.embedding_lr)

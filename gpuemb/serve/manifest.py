@@ -12,10 +12,11 @@ import re
 
 from .errors import BundleError
 from .features import JAGGED
-from .initial import KINDS
+from .initial import DRAWS, KINDS
 from .rows import FORMATS
 
-FORMAT, VERSION = "gpuemb-bundle", 2  # 2: the features' hotness, pooling and mixed dims
+FORMAT, VERSION = "gpuemb-bundle", 3  # 2: the features' hotness, pooling and mixed dims; 3: the initializers' draw
+READS = (2, VERSION)  # a version 2 bundle's initializers have no draw: they drew as draw 1 (gpuemb/store/init.py)
 MANIFEST, ONNX_FILE, TABLES_FILE = "manifest.json", "model.onnx", "tables.h5"
 POOLING = ("sum", "mean", "max")  # the training collection's modes (gpuemb/kernels/embedding_bag.py)
 MAX_BYTES, MAX_DEPTH = 1 << 24, 16  # a manifest is kilobytes, 5 levels deep: more is not one of ours
@@ -82,9 +83,9 @@ def _body(path):
     body = doc["body"]
     if _body_sha(body) != doc["sha256"]:
         raise BundleError(f"{path}: its checksum does not match its contents; the manifest is corrupt, {REDO}")
-    if body.get("format") != FORMAT or body.get("version") != VERSION:
+    if body.get("format") != FORMAT or body.get("version") not in READS:
         raise BundleError(f"{path}: format {body.get('format')!r} version {body.get('version')!r}, not {FORMAT!r} "
-                          f"version {VERSION}; {REDO}")
+                          f"version {' or '.join(map(str, READS))}; {REDO}")
     return body
 
 
@@ -151,10 +152,14 @@ def _check_fields(body):
               "float16, float32 or float64")
         _need(_is_int(t.get("n_rows"), 0), f"tables.{name}.n_rows", t.get("n_rows"), "an int >= 0")
         init = t.get("initializer")
+        old = body.get("version") == 2  # a version 2 bundle's initializers have no draw: they drew as draw 1
+        draw = init.get("draw") if isinstance(init, dict) else None
         _need(isinstance(init, dict) and init.get("kind") in KINDS and _is_int(init.get("seed"), 0)
               and init["seed"] < 2 ** 64 and (init.get("scale") is None or type(init["scale"]) in (int, float)
-                                              and math.isfinite(init["scale"])),
-              f"tables.{name}.initializer", init, f"{{kind: one of {', '.join(KINDS)}, seed: 64 bits, scale}}")
+                                              and math.isfinite(init["scale"]))
+              and ("draw" not in init if old else type(draw) is int and draw in DRAWS),
+              f"tables.{name}.initializer", init, f"{{kind: one of {', '.join(KINDS)}, seed: 64 bits, scale, "
+              + ("no draw (a version 2 bundle)}" if old else f"draw: one of {', '.join(map(str, DRAWS))}}}"))
     features = body.get("features")
     _need(isinstance(features, list) and len(features) == n_features and all(
         isinstance(f, dict) and isinstance(f.get("name"), str) and (f.get("hotness") == JAGGED or

@@ -18,6 +18,7 @@ from .scores import SCORES
 INIT_KINDS = ("uniform", "normal", "truncated_normal", "zeros")
 PLACEMENTS = ("device", "host", "ssd")
 POLICIES = ("lru", "lfu")
+DRAWS = (1, 2)  # the streams of initial rows (init.py), oldest first: the last is the default
 DTYPES = ("float32", "float16", "float64")
 SHORT_DTYPES = {"fp32": "float32", "fp16": "float16"}  # how a run names the stored dtypes it offers
 
@@ -27,11 +28,13 @@ class Initializer:
     """How a new key's weights are drawn: from (``seed``, key, column) only, whatever order keys arrive in.
 
     ``scale`` is the uniform bound or the normal std (the truncated normal is cut at 2 std); None means
-    ``1/sqrt(dim)``.
+    ``1/sqrt(dim)``. ``draw``: which stream of the generator (``init.py``): 2, four columns a Philox call, or 1,
+    one, as gpuemb drew before 2026-11-28 (a run or bundle from then draws its new keys as it did only with 1).
     """
     kind: str = "uniform"
     scale: float = None
     seed: int = 0
+    draw: int = DRAWS[-1]
 
     def __post_init__(self):
         if self.kind not in INIT_KINDS:
@@ -42,6 +45,8 @@ class Initializer:
         check_int("Initializer", "seed", self.seed, 0)
         if self.seed >= 2 ** 64:
             fail("Initializer", f"seed={self.seed} does not fit in 64 bits; use a seed below 2**64")
+        if type(self.draw) is not int or self.draw not in DRAWS:
+            fail("Initializer", f"draw={self.draw!r}; use one of {', '.join(map(str, DRAWS))}")
 
     def scale_for(self, dim):
         return 1.0 / math.sqrt(dim) if self.scale is None else float(self.scale)
@@ -152,6 +157,15 @@ def _finite(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def as_it_ran(config):
+    """A table's ``to_dict()`` as a snapshot saved it, with what a field newer than the snapshot ran as where its
+    default now computes otherwise: an initializer with no ``draw`` drew as draw 1 (init.py)."""
+    init = config.get("initializer")
+    if isinstance(init, dict) and "draw" not in init:
+        config = {**config, "initializer": {**init, "draw": DRAWS[0]}}
+    return config
+
+
 @dataclass(frozen=True)
 class TableConfig:
     """One embedding table: its name, row width ``dim``, dtype, initializer, row update rule, lr and options.
@@ -235,5 +249,5 @@ class TableConfig:
         evict = life.pop("evict", None)
         return cls(name=d["name"], dim=int(d["dim"]), dtype=d["dtype"], rounding=d.get("rounding", "nearest"),
                    lr=float(d["lr"]),
-                   initializer=Initializer(**d["initializer"]), rule=kind(**rule),
+                   initializer=Initializer(**as_it_ran(d)["initializer"]), rule=kind(**rule),
                    options=StoreOptions(**d["options"]), evict=None if evict is None else EvictionRule(**evict), **life)

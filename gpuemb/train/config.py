@@ -197,13 +197,22 @@ def check_precision(precision, device):
                           "--precision fp32, or run on a GPU")
 
 
+def as_it_ran(saved):
+    """A checkpoint's config (by sections or flat) as flat keys, with each setting newer than the checkpoint whose
+    default computes otherwise than the checkpoint's run did at what that run did (its ``before``): what a resume
+    compares, and what a bundle of the checkpoint is built with."""
+    saved = flatten(saved)
+    return {**{k: f.metadata["before"] for k, f in FIELDS.items()
+               if k not in saved and f.metadata["before"] is not None}, **saved}
+
+
 def resume_differences(saved, config):
     """``[(key, saved value, value now)]`` of the settings that differ and that a resume must keep. ``saved``: a
     checkpoint's config, by sections or (written before the sections) flat."""
     now = config.flat()
-    saved = flatten(saved)
-    # A setting newer than the checkpoint ran as its default. One whose default is None ("chosen for you", e.g.
-    # by the model's recipe) ran as whatever this version chooses, which is what `now` holds.
+    saved = as_it_ran(saved)
+    # A setting newer than the checkpoint, but those as_it_ran knows, ran as its default. One whose default is None
+    # ("chosen for you", e.g. by the model's recipe) ran as whatever this version chooses, which `now` holds.
     missing = {k: now[k] if default_of(f) is None else default_of(f) for k, f in FIELDS.items() if k not in saved}
     saved = {**saved, **missing}
     return [(k, saved[k], now[k]) for k, f in FIELDS.items()
@@ -211,4 +220,4 @@ def resume_differences(saved, config):
 
 
 __all__ = ["TrainConfig", "SECTIONS", "FIELDS", "GROUPS", "flag", "check_precision",
-           "resume_differences"]
+           "resume_differences", "as_it_ran"]

@@ -16,16 +16,18 @@ KINDS = {"int": "an integer", "float": "a finite number", "str": "a non-empty st
 
 
 def setting(default, help, kind=None, choices=None, low=None, high=None, key=None, flag=None, resumable=False,
-            bare=None):
+            bare=None, before=None):
     """A field of a section: its default, help text and the checks of its value.
 
     kind: int, float, str, bool, dict, list or choice (the default's type, or choice with ``choices``); key: the
     name in files and flat dicts, when not the field's; flag: the command-line flag, when not ``--<key>``;
     resumable: whether a resume may change it (how long a run is, what it writes, where rows live), not what it
-    computes; bare: the value of the flag given alone (``--resume``), and of ``true`` in a file."""
+    computes; bare: the value of the flag given alone (``--resume``), and of ``true`` in a file; before: what a
+    checkpoint saved before the setting existed ran as, where that is not its default (a new default that computes
+    otherwise: a resume of such a checkpoint then says which value to pass, rather than go on computing otherwise)."""
     kind = kind or ("choice" if choices is not None else type(default).__name__)
     meta = {"help": help, "kind": kind, "choices": choices, "low": low, "high": high, "key": key, "flag": flag,
-            "resumable": resumable, "bare": bare}
+            "resumable": resumable, "bare": bare, "before": before}
     if kind == "dict":
         return dataclasses.field(default_factory=dict, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

@@ -33,7 +33,8 @@ def table_configs(config, data, ssd_dir=None, lr=None):
     def table(name):
         dim = config.model.table_dims.get(name, config.model.embedding_dim)
         return TableConfig(name, dim, SHORT_DTYPES[store.embedding_dtype],
-                           initializer=Initializer(o.embedding_init, o.embedding_init_scale, config.run.seed),
+                           initializer=Initializer(o.embedding_init, o.embedding_init_scale, config.run.seed,
+                                                   o.embedding_init_draw),
                            rule=RULES[o.embedding_optimizer](), lr=o.embedding_lr if lr is None else lr,
                            options=options(name), admit_after=store.admit_after, evict=store.eviction(),
                            evict_every=store.evict_every, rounding=store.row_rounding,

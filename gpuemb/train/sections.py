@@ -18,7 +18,7 @@ from gpuemb.io.synthetic import PRESETS as SYNTHETIC_PRESETS
 from gpuemb.kernels.codecs import CODECS
 from gpuemb.kernels.mlp import PRECISIONS
 from gpuemb.sharding.spec import SHARDINGS
-from gpuemb.store.options import INIT_KINDS, PLACEMENTS, POLICIES, SHORT_DTYPES, EvictionRule, StoreOptions
+from gpuemb.store.options import DRAWS, INIT_KINDS, PLACEMENTS, POLICIES, SHORT_DTYPES, EvictionRule, StoreOptions
 from gpuemb.store.rounding import ROUNDINGS
 from gpuemb.store.scores import SCORES
 
@@ -188,6 +188,9 @@ class OptimizationSettings(Section):
     embedding_init_scale: float = setting(None, "the uniform bound or normal std of new rows (default: the model's "
                                           "recipe: 1/sqrt(D), or 0.01 for deepfm and xdeepfm)", kind="float",
                                           low=0.0)
+    embedding_init_draw: int = setting(DRAWS[-1], "the stream of new rows' random draws: 2, four columns a Philox "
+                                       "call; 1, one, as runs before 2026-11-28 drew (a checkpoint from then resumes "
+                                       "with 1)", low=DRAWS[0], high=DRAWS[-1], before=DRAWS[0])
     schedule: str = setting("constant", "the learning-rate schedule; it scales both learning rates",
                             choices=optim.SCHEDULES)
     warmup_steps: int = setting(None, "warmup_poly/cosine: steps of linear warmup (default 0)", kind="int", low=0)

@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 
 from gpuemb.autograd.plain import config_differences
+from gpuemb.store.options import as_it_ran
 from gpuemb.store.table import EmbeddingTable
 
 from .format import SnapshotError, TableSnapshot
@@ -37,7 +38,7 @@ def check_config(part, name, live, ignore=()):
     """Raise a SnapshotError naming each field where the config of ``part``, a table ``name`` read from a snapshot,
     differs from ``live``, a live table's ``config.to_dict()``, but those a restore may change (``RESTORABLE``)
     and ``ignore`` (as ``config_differences`` takes it)."""
-    diff = config_differences(part.config, live, RESTORABLE + tuple(ignore), f"table {name!r}: config")
+    diff = config_differences(as_it_ran(part.config), live, RESTORABLE + tuple(ignore), f"table {name!r}: config")
     if diff:
         fields = "; ".join(f"{f} is {saved!r} there and {now!r} here" for f, saved, now in diff)
         raise SnapshotError(f"{part.path}: table {name!r} was saved with another config: {fields}; "

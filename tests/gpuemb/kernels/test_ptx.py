@@ -59,7 +59,8 @@ SIGNATURES = {
     "gpuemb.kernels.fm._fm_kernel": ["void(float32[:, :, ::1], float32, float32[:, ::1])"],
     "gpuemb.kernels.fm._fm_backward_kernel": ["void(float32[:, ::1], float32[:, :, ::1], float32, float32[:, :, ::1])"],
     # weights by embedding_bag, stored rows as unsigned bits by the tiers (numba's CPU target has no float16)
-    "gpuemb.store.init._draw_kernel": ["void(uint64[::1], int64, float64, uint64, uint64, float64[:, ::1])"],
+    "gpuemb.store.init._draw_kernel": _each("void(uint64[::1], int64, int64, float64, uint64, uint64, {t}[:, ::1])",
+                                            "float32", "float64"),
     "gpuemb.store.mixing._mix_kernel": ["void(uint64[::1], int32[::1], boolean, uint64[::1])"],
     "gpuemb.kernels.gather._gather_rows_kernel": _each(
         "void({t}[:, ::1], int64[::1], {t}[:, ::1])", "float32", "float64", "uint16", "uint32", "uint64"),

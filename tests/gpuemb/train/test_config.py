@@ -4,7 +4,7 @@ import json
 import pytest
 
 from gpuemb.train.cli import parse_config
-from gpuemb.train.config import TrainConfig, check_precision, resume_differences
+from gpuemb.train.config import TrainConfig, as_it_ran, check_precision, resume_differences
 from gpuemb.train.errors import ConfigError
 
 
@@ -109,6 +109,26 @@ def test_a_resume_may_change_how_long_and_what_it_writes_but_not_what_it_compute
     assert resume_differences(saved, TrainConfig.of(steps=20, eval_every=5, metrics_out="m.jsonl")) == []
     diff = resume_differences(saved, TrainConfig.of(steps=20, embedding_dim=8, model="dcn"))
     assert [(k, a, b) for k, a, b in diff] == [("model", "dlrm", "dcn"), ("embedding_dim", 16, 8)]
+
+
+def test_a_checkpoint_from_before_the_draw_setting_ran_draw_1_and_a_resume_says_so():
+    saved = TrainConfig.of(steps=10).to_dict()
+    del saved["optimization"]["embedding_init_draw"]  # as a checkpoint written before the setting holds it
+    assert as_it_ran(saved)["embedding_init_draw"] == 1 and as_it_ran(TrainConfig.of().to_dict())[
+        "embedding_init_draw"] == 2 == TrainConfig.of().optimization.embedding_init_draw
+    assert resume_differences(saved, TrainConfig.of(steps=20)) == [("embedding_init_draw", 1, 2)]
+    assert resume_differences(saved, TrainConfig.of(steps=20, embedding_init_draw=1)) == []
+    with pytest.raises(ConfigError, match="--embedding-init-draw: 3 is above 2"):
+        TrainConfig.of(embedding_init_draw=3)
+
+
+def test_a_table_config_saved_before_draws_builds_a_draw_1_initializer():
+    from gpuemb.store.options import Initializer, TableConfig
+    config = TableConfig("t", 4, initializer=Initializer("normal", 0.5, 7))
+    d = config.to_dict()
+    assert d["initializer"]["draw"] == 2 and TableConfig.from_dict(d) == config
+    del d["initializer"]["draw"]
+    assert TableConfig.from_dict(d).initializer == Initializer("normal", 0.5, 7, draw=1)
 
 
 def test_a_run_refuses_reduced_precision_on_the_cpu_before_building_anything():

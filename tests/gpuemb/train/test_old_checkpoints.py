@@ -7,6 +7,7 @@ import pytest
 from gpuemb.autograd import backend
 from gpuemb.train import train
 from gpuemb.train.cli import parse_config
+from gpuemb.train.errors import ResumeError
 
 FIXTURE = pathlib.Path(__file__).parent / "data" / "checkpoint-before-sections"
 README = json.loads((FIXTURE / "README.json").read_text())
@@ -17,7 +18,10 @@ README = json.loads((FIXTURE / "README.json").read_text())
 def test_a_checkpoint_of_the_flat_config_resumes_to_the_run_it_came_from(written_by):
     folder = FIXTURE / written_by / "step-000000004"
     assert "embedding_dim" in json.loads((folder / "manifest.json").read_text())["body"]["config"]  # flat, old
-    summary = train(parse_config(README["flags"] + ["--resume", str(folder), "--no-progress"]))
+    resume = README["flags"] + ["--resume", str(folder), "--no-progress"]
+    with pytest.raises(ResumeError, match="--embedding-init-draw was 1, now 2. Resume with the settings it was saved"):
+        train(parse_config(resume))  # its new keys drew one Philox call a column (store/init.py, draw 1)
+    summary = train(parse_config(resume + ["--embedding-init-draw", "1"]))
     want = README["final_eval"]["one"]
     assert summary["steps"] == 8 and summary["steps_this_run"] == 4
     if written_by == "one":  # one process: the same sums, to the rounding of the machine's BLAS kernels
