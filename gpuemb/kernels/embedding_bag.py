@@ -70,8 +70,9 @@ def _runs(slots, offsets, n, n_slots=None):
     the stable sort order (the flat position of each sorted slot: a max's routing and a sum's weights need it).
 
     The bounds ``[U+1]`` delimit each run of equal slots in the stable sort order. ``n_slots``: the slots are
-    known to be every one of ``0..n_slots-1`` (the store's positions among a batch's unique keys), so the runs'
-    starts are found by a search, and nothing is read back (a mask's compaction would be).
+    known to be among ``0..n_slots-1`` (the store's positions among a batch's unique keys), so the runs' starts
+    are found by a search, and nothing is read back (a mask's compaction would be). A position no slot takes (a
+    fixed-size unique's padding) gets an empty run: a zero gradient.
     """
     xp = get_array_module(slots)
     order = xp.argsort(slots, kind="stable")
@@ -445,8 +446,9 @@ def embedding_bag_backward(gy, slots, offsets=None, mode="sum", weights=None, ar
 
     A weighted sum takes its forward's ``weights [N]``, a pooled max its forward's ``argmax [B, D]``
     (``embedding_bag_max``): each output element's gradient goes to the one slot whose row held the max.
-    ``n_slots``: the caller vouches that the slots are exactly ``0..n_slots-1``, each at least once, so the
-    unique slots are known without a read of the device (the store's positions among unique keys are)."""
+    ``n_slots``: the caller vouches that the slots lie in ``0..n_slots-1``, so the unique slots are known
+    without a read of the device: all of them, those no slot takes with a zero gradient (the store's positions
+    among unique keys, padded to a fixed size, are)."""
     _check(slots, offsets, mode, weights=weights)
     _check_grad(gy, slots, offsets, "embedding_bag_backward")
     routed = mode == "max" and offsets is not None

@@ -11,6 +11,9 @@
 - on a device, ``backend.unique`` (one sort of all N): a GPU sorts 1M keys in well under a millisecond, and a
   hash table with atomics would not give the same order of first sight on every run anyway.
 The result is the same array, bit for bit, whichever runs.
+
+``unique_keys_fixed`` is the device's form for a training step, which must not read back how many keys are
+distinct (a boolean mask's compaction would): see its docstring.
 """
 import numba
 import numpy as np
@@ -68,3 +71,31 @@ def unique_keys(keys):
     if keys.size >= 1 << 30:  # the table's int32 entries
         raise ValueError(f"unique_keys: {keys.size} keys in one batch; split the batch below 2**30 keys")
     return unique_keys_cpu(keys)
+
+
+def unique_keys_fixed(keys):
+    """``(unique [N], inverse [N], count [1], valid [N], source [N])`` of int64 device ``keys`` (flattened), with
+    nothing read back: the U distinct keys sorted, then N - U copies of the largest; each key's index among the
+    first U; U as a device array; ``valid``: the positions below U; ``source``: the position in ``keys`` of an
+    occurrence of each entry (so a copy carries its key's tag, ``EmbeddingTable._unique``).
+
+    A copy of the largest key pads rather than a reserved value, as every int64 is a legal key (the index keeps
+    even its sentinels' keys in side rows); the store sends the padding to slot -1 (``RowLevel.acquire``), and the
+    index never claims it (its first occurrence is the real key's, at U - 1). The first U entries and ``inverse``
+    equal ``backend.unique``'s, bit for bit."""
+    xp = backend.get_array_module(keys)
+    keys = keys.ravel()
+    n = keys.shape[0]
+    order = xp.argsort(keys)
+    s = keys[order]
+    first = xp.empty(n, dtype=bool)
+    first[:1] = True
+    xp.not_equal(s[1:], s[:-1], out=first[1:])
+    rank = xp.cumsum(first) - 1  # each sorted key's index among the distinct ones
+    inverse = xp.empty(n, dtype=np.int64)
+    inverse[order] = rank
+    at = xp.arange(n)
+    # The first sorted position of each distinct key; past U, the search runs off the end: the last (largest) one.
+    source = order[xp.minimum(xp.searchsorted(rank, at), n - 1)]
+    count = rank[-1:] + 1 if n else xp.zeros(1, np.int64)
+    return keys[source], inverse, count, at < count, source

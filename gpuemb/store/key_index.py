@@ -132,12 +132,18 @@ class KeyIndex:
         if used + more + ahead > self.max_load * self.capacity:
             self._rehash(self._capacity_for(live + more + ahead), live)
 
-    def assign(self, positions, slots):
-        """Give the entries at ``positions`` (claimed, new) their ``slots``, each in ``[0, MAX_SLOT]``.
+    def assign(self, positions, slots, where=None):
+        """Give the entries at ``positions`` (claimed, new) their ``slots``, each in ``[0, MAX_SLOT]``; with a mask
+        ``where``, only where it is set (on the device without counting them: ``positions`` may repeat where unset).
 
         The range is checked for host slots; device slots come from the store's ``DeviceSlots``, which checks on
         the host that it never hands out more than ``MAX_SLOT + 1`` (``settle``), so no read is needed here."""
         slots = self.xp.asarray(slots)
+        if where is not None:
+            if is_device_array(slots):
+                self._kernels().assign(self.slots, positions, slots, where)
+                return
+            positions, slots = positions[where], slots[where]
         if not is_device_array(slots) and slots.size and (int(slots.min()) < 0 or int(slots.max()) > MAX_SLOT):
             raise StoreFullError(
                 f"KeyIndex.assign: slots {int(slots.min())}..{int(slots.max())} do not fit: the index keeps int32 "

@@ -76,6 +76,7 @@ class Kernels(NamedTuple):
     lookup: Callable  # (keys, slots, batch, want_slots, out)
     claim: Callable   # (keys, slots, batch, pos, is_new) -> rows claimed EMPTY -> key (a number, or [1] on the device)
     rehash: Callable  # (old_keys, old_slots, keys, slots): every live table row into an empty table
+    assign: Callable  # (slots, pos, values, where): slots[pos[i]] = values[i] where where[i]
 
 
 # -- CPU ----------------------------------------------------------------------------------------------------------
@@ -125,7 +126,11 @@ def rehash_cpu(old_keys, old_slots, keys, slots):
             slots[p] = old_slots[q]
 
 
-CPU = Kernels(lookup_cpu, claim_cpu, rehash_cpu)
+def assign_cpu(slots, pos, values, where):
+    slots[pos[where]] = values[where]
+
+
+CPU = Kernels(lookup_cpu, claim_cpu, rehash_cpu, assign_cpu)
 
 
 # -- CUDA ---------------------------------------------------------------------------------------------------------
@@ -197,6 +202,13 @@ def _rehash_kernel(old_keys, old_slots, keys, slots):
             slots[p] = old_slots[q]
 
 
+@kernel
+def _assign_kernel(slots, pos, values, where):
+    i = cuda.grid(1)
+    if i < pos.shape[0] and where[i]:
+        slots[pos[i]] = values[i]
+
+
 def lookup_cuda(keys, slots, batch, want_slots, out):
     _lookup_kernel[blocks_for(batch.shape[0]), 256, stream_for(batch)](keys, slots, batch, want_slots, out)
 
@@ -214,4 +226,9 @@ def rehash_cuda(old_keys, old_slots, keys, slots):
     _rehash_kernel[blocks_for(old_keys.shape[0] - 2), 256, stream_for(keys)](old_keys, old_slots, keys, slots)
 
 
-CUDA = Kernels(lookup_cuda, claim_cuda, rehash_cuda)
+def assign_cuda(slots, pos, values, where):
+    """A masked scatter in one launch: the unset positions may repeat a set one (a fixed-size unique's padding)."""
+    _assign_kernel[blocks_for(pos.shape[0]), 256, stream_for(pos)](slots, pos, values, where)
+
+
+CUDA = Kernels(lookup_cuda, claim_cuda, rehash_cuda, assign_cuda)

@@ -18,7 +18,8 @@ on the host. So a device level's lookup and update read nothing back. What must 
 rows to the tier, rehashing the index, evicting under the bound) is decided from upper bounds that grow by the
 batch's size; only when a bound says the level might be full does it read the true counts, once, in one small
 copy (``_settle``): per batch of U unique keys, a read when the index's load, the tier's rows or the level's bound
-is within U of its limit, and then at most one. A lookup's settle then makes room for ``AHEAD`` batches (at most an
+is within U of its limit, and then at most one (a device table's step knows only N, its keys, for the count of its
+unique keys stays on the device: ``acquire``). A lookup's settle then makes room for ``AHEAD`` batches (at most an
 eighth of the keys), so an unbounded level reads once in several batches, not at every one near its limit.
 """
 import numpy as np
@@ -225,14 +226,24 @@ class RowLevel:
         if self.dirty is not None:
             self.dirty[slots] = True
 
-    def acquire(self, keys, tags=None):
+    def acquire(self, keys, tags=None, valid=None):
         """Slots of ``keys`` (distinct, int64 on this level's device), bringing absent rows here; each gets one pin
-        (see ``unpin``). ``tags`` (int32, one a key, or None): the table of each key, in a store of several."""
+        (see ``unpin``). ``tags`` (int32, one a key, or None): the table of each key, in a store of several.
+
+        ``valid`` (a device mask, or None: all): the keys of a fixed-size unique (``unique_keys_fixed``), whose
+        padding (copies of the last valid key) gets slot -1: the dump row of every per-slot array and the tier's
+        spare row (``DeviceTier``), which no key owns. So padding inserts no key, pins, touches and counts nothing,
+        and a write there (an update's) changes no key's row. The host's bounds grow by all ``N`` keys."""
         slots = self.locate(keys)
         miss = slots < 0
-        self.policy.pin(self._where(slots, ~miss))  # before any eviction below: this batch's rows must stay
-        self._count(miss)
-        slots = self._insert(keys, miss, slots, tags, ahead=AHEAD)
+        if valid is not None:
+            miss &= valid
+        # Before any eviction below: this batch's rows must stay.
+        self.policy.pin(self._where(slots, ~miss if valid is None else valid & ~miss))
+        self._count(miss, valid)
+        slots = self._insert(keys, miss, slots, tags, ahead=AHEAD, valid=valid)
+        if valid is not None:
+            slots = self.xp.where(valid, slots, -1)
         rows, steps = self._fetch(keys, miss, tags)
         self.write(slots, rows, steps, where=miss)
         self.policy.pin(self._where(slots, miss))
@@ -240,9 +251,10 @@ class RowLevel:
         self.pins_held += keys.shape[0]
         return slots
 
-    def _count(self, miss):
-        n = self.xp.count_nonzero(miss)
-        self.counters[:2] += self.xp.stack([miss.shape[0] - n, n])
+    def _count(self, miss, valid=None):
+        xp = self.xp
+        n = xp.count_nonzero(miss)
+        self.counters[:2] += xp.stack([(miss.shape[0] if valid is None else xp.count_nonzero(valid)) - n, n])
 
     def unpin(self, slots):
         self.policy.unpin(slots)
@@ -287,13 +299,17 @@ class RowLevel:
         """Called with the slots about to be evicted, before their keys are forgotten."""
         raise NotImplementedError(f"{type(self).__name__} leaves this to CacheLevel and HomeLevel")
 
-    def _insert(self, keys, miss, slots, tags=None, ahead=1):
+    def _insert(self, keys, miss, slots, tags=None, ahead=1, valid=None):
         """``slots`` with fresh ones where ``miss`` is set, for the absent ``keys`` (distinct, of tables ``tags``);
-        makes room first, and when it must read, room for ``ahead`` more batches of as many keys."""
+        makes room first, and when it must read, room for ``ahead`` more batches of as many keys. ``valid``: as
+        ``acquire`` takes it; the padding shares its key's entry, so only the new entries are assigned there."""
         fresh = self._settle(keys.shape[0], miss, ahead)
         pos, is_new = self.index.claim(keys, fresh)  # for distinct keys, is_new is miss
         new = self.alloc.alloc_where(is_new)
-        self.index.assign(pos, self.xp.where(is_new, new, slots))
+        if valid is None:
+            self.index.assign(pos, self.xp.where(is_new, new, slots))
+        else:  # the others' entries hold their slots already (a padding copy of a new key would write -1)
+            self.index.assign(pos, new, where=is_new)
         self._grow()
         put = self._where(new, is_new)
         self.policy.insert(put)

@@ -21,7 +21,7 @@ from gpuemb.autograd import Tensor, backend, is_grad_enabled
 from gpuemb.autograd.backend import to_host
 from gpuemb.key_types import integer_keys
 from gpuemb.kernels.embedding_bag import MODES, EmbeddingBagFunction, embedding_bag
-from gpuemb.kernels.unique import unique_keys
+from gpuemb.kernels.unique import unique_keys, unique_keys_fixed
 from gpuemb.optim import update_rows
 
 from .admission import Admission
@@ -112,7 +112,8 @@ class EmbeddingTable:
         """How many more rows the device level could pin beside those pinned now; None where it is unbounded. A
         training loop reads it while the current batch's rows are pinned, for a :meth:`prefetch` that must fit
         beside them whenever it runs. It counts pins on the host (``RowLevel.pins_held``), so the step that asks
-        does not wait for the device; a row pinned twice counts twice, which only errs towards skipping."""
+        does not wait for the device; a row pinned twice counts twice, as does a device batch's padding (it counts N,
+        its keys, not U, which stays on the device), which only errs towards skipping."""
         with self._lock:
             self._unpin_released()
             bound = self.top.bound
@@ -134,9 +135,12 @@ class EmbeddingTable:
         keys = backend.to_device(integer_keys(keys, f"{self.config.name}.prefetch"), np.int64)
         if copy or not backend.is_device_array(keys):  # the caller's may change before the lookup
             keys = backend.xp.array(keys)
-        unique, inverse = unique_keys(keys)
-        tags = _unique_tags(None if tags is None else backend.to_device(tags, np.int32), unique, inverse)
-        if room is not None and unique.size > room:
+        tags = None if tags is None else backend.to_device(tags, np.int32)
+        unique, inverse, valid, tags = self._unique(keys, tags)
+        # A fixed-size unique's count stays on the device, so room is weighed against its size N, the keys, which
+        # bounds it: a prefetch may be skipped that would have fit, never one that would not (and acquire's own
+        # StoreFullError stays the last word).
+        if room is not None and unique.shape[0] > room:
             return False
         if hasattr(self.home.tier, "read_ahead"):  # the disk works while the lock is free for the step's update
             with self._lock:
@@ -146,7 +150,7 @@ class EmbeddingTable:
             return False
         with self._lock:
             self._unpin_released()
-            self._prefetched.append((keys, unique, inverse, tags, self.top.acquire(unique, tags)))
+            self._prefetched.append((keys, unique, inverse, tags, self.top.acquire(unique, tags, valid)))
         return True
 
     def _cold_slots(self, keys):
@@ -186,11 +190,10 @@ class EmbeddingTable:
             if ahead is not None and _same(ahead[0], keys):  # prefetched: sorted and pinned already
                 _, unique, inverse, tags, slots = ahead
             else:
-                unique, inverse = unique_keys(keys)
-                tags = _unique_tags(tags, unique, inverse)
+                unique, inverse, valid, tags = self._unique(keys, tags)
                 if self.admission is not None:
                     unique, inverse = self.admission.admit(unique, inverse)
-                slots = self.top.acquire(unique, tags)
+                slots = self.top.acquire(unique, tags, valid)
                 if ahead is not None:
                     self.top.unpin(ahead[4])
         rows = self.format.weights(self.top.tier.read(slots))
@@ -200,13 +203,26 @@ class EmbeddingTable:
             self.top.unpin(slots)
             return Tensor(embedding_bag(rows, inverse, offsets, mode or "sum", weights))
         lease = Lease(self, slots)  # the backward takes the pins; a lookup let go gives them back (lease.py)
-        # Every position among the unique keys is some key's (none where pending keys share a default row).
+        # Every position among the unique keys is some key's (none where pending keys share a default row), but
+        # a fixed-size unique's padding, whose runs are empty: zero gradients, written to slot -1 (no key's row).
         n_slots = unique.shape[0] if self.admission is None else None
         fn = EmbeddingBagFunction(inverse, offsets, mode or "sum",
                                   lambda u, g: self._update(unique, tags, lease.take(), u, g), weights, n_slots)
         out = fn.apply(Tensor(rows, requires_grad=True))
         hold(fn, lease)
         return out
+
+    def _unique(self, keys, tags):
+        """``(unique, inverse, valid, their tags)`` of a training batch's device ``keys``. A device table's step
+        reads nothing back: its unique is of fixed size (``unique_keys_fixed``; ``valid`` marks the U distinct
+        keys). Exact (``valid`` None) on the host, where counting costs no read, and where the step reads anyway:
+        admission compacts the admitted keys, and an ssd home reads its cold slots ahead."""
+        if (not backend.is_device_array(keys) or self.admission is not None
+                or hasattr(self.home.tier, "read_ahead")):
+            unique, inverse = unique_keys(keys)
+            return unique, inverse, None, _unique_tags(tags, unique, inverse)
+        unique, inverse, _, valid, source = unique_keys_fixed(keys)
+        return unique, inverse, valid, None if tags is None else tags[source]
 
     def _checked_tags(self, tags, keys):
         """``tags`` on the device, checked: shapes always, values where they come from the host (a device's would be
@@ -277,6 +293,7 @@ class EmbeddingTable:
             ids = keys[positions] if tags is None else unmixed(keys[positions], tags[positions])
         self.top.write(s, self.format.pack(rows, ids, steps), steps)
         self.top.changed(s)
+        # A fixed-size unique's padding repeats the largest key with its tag: a dirty key twice, one once read.
         self._dirty.append((keys[positions], None if tags is None else tags[positions]))
         self.top.unpin(slots)
         self._tick(keys[positions], s)

@@ -181,7 +181,9 @@ class DeviceTier(Tier):
         once as the table grows rather than four times (MLPerf DLRM-DCNv2's rows of weights and Adagrad state, 1 KB
         each, took 57 ms of a 447 ms CPU step growing by a quarter)."""
         self._capacity += self.slab_rows
-        self.rows = grown_to(self.rows, self._capacity, ahead=4 if backend.is_device_array(self.rows) else 1)
+        # One row more than the slots: row -1 is no slot's, so a fixed-size unique's padding reads and writes it
+        # (``RowLevel.acquire``) whatever the capacity when its update comes.
+        self.rows = grown_to(self.rows, self._capacity + 1, ahead=4 if backend.is_device_array(self.rows) else 1)
 
     def read(self, rows, out=None):
         """Rows ``[n, width]``, into ``out`` when given."""

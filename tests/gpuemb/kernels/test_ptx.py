@@ -76,6 +76,7 @@ SIGNATURES = {
     "gpuemb.store.key_index_kernels._claim_kernel": [
         "void(int64[::1], int32[::1], int64[::1], int64[::1], int64[::1])"],
     "gpuemb.store.key_index_kernels._mark_new_kernel": ["void(int32[::1], int64[::1], boolean[::1])"],
+    "gpuemb.store.key_index_kernels._assign_kernel": ["void(int32[::1], int64[::1], int64[::1], boolean[::1])"],
     "gpuemb.store.key_index_kernels._rehash_kernel": ["void(int64[::1], int32[::1], int64[::1], int32[::1])"],
     # stochastic float16 rounding of the weight columns of float32 working rows (store.rounding): column slices
     "gpuemb.store.rounding._round_kernel": _each(
