@@ -108,3 +108,7 @@ class CommCodecs:
     def alltoallv_backward(self, comm, grads, counts):
         """The backward all-to-all of embedding gradients, in the backward codec, counted under ``a2a_bwd``."""
         return alltoallv_encoded(comm, grads, counts, self.backward, tag="a2a_bwd")
+
+    def start_backward(self, comm, grads, counts):
+        """``alltoallv_backward`` started on an overlapped communicator; ``.wait()`` gives its result."""
+        return start_encoded(comm, grads, counts, self.backward, tag="a2a_bwd")

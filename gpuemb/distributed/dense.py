@@ -2,8 +2,9 @@
 
 ``broadcast_parameters`` copies rank 0's values into every rank's parameters once, before training.
 ``GradientAllreduce`` is called each step between ``loss.backward()`` and ``optimizer.step()``: it packs the
-gradients into buckets of about ``bucket_bytes``, one allreduce per bucket (fewer, larger messages than one per
-parameter), and divides by the world size, since each rank's loss is the mean over its own part of the batch.
+gradients into buckets of about ``bucket_bytes`` (by default a quarter of the parameters, at most 4 MiB:
+``default_bucket_bytes``), one allreduce per bucket (fewer, larger messages than one per parameter), and divides
+by the world size, since each rank's loss is the mean over its own part of the batch.
 On an ``OverlappedCommunicator`` its ``ready`` hook, passed to ``loss.backward(on_ready=)``, starts each bucket's
 allreduce as soon as the backward has completed its gradients, and the call waits for them: the same allreduces
 of the same vectors, so the same bits, with the communication hidden behind the rest of the backward.
@@ -27,11 +28,12 @@ def broadcast_parameters(params, comm, root=0):
 class GradientAllreduce:
     """Averages the ``.grad`` of ``params`` over ``comm``'s ranks in buckets of about ``bucket_bytes``."""
 
-    def __init__(self, params, comm, bucket_bytes=4 << 20):
-        if not (isinstance(bucket_bytes, int) and bucket_bytes > 0):
+    def __init__(self, params, comm, bucket_bytes=None):
+        if not (bucket_bytes is None or isinstance(bucket_bytes, int) and bucket_bytes > 0):
             raise ValueError(f"GradientAllreduce: bucket_bytes={bucket_bytes!r}; use an int > 0 (bytes per "
-                             "allreduce)")
+                             "allreduce), or None to size them from the parameters")
         self.params, self.comm = list(params), comm
+        bucket_bytes = bucket_bytes or default_bucket_bytes(self.params)
         self.buckets = []  # lists of parameter indices, one dtype each, in parameter order
         for i, p in enumerate(self.params):
             last = self.buckets[-1] if self.buckets else None
@@ -72,6 +74,20 @@ class GradientAllreduce:
             params = [self.params[i] for i in self.buckets[b]]
             summed = started[b].wait() if b in started else self.comm.allreduce(pack(params))
             unpack(params, summed, self.comm.world_size)
+
+
+MAX_BUCKET_BYTES, PARTS = 4 << 20, 4
+
+
+def default_bucket_bytes(params):
+    """A quarter of the parameters' bytes, at most 4 MiB: a bucket starts only when the earliest layer in it has its
+    gradient, so one bucket of every parameter (a small model under 4 MiB) would wait for the whole backward, and
+    all of its allreduce would be exposed. In quarters, the last layers' buckets start while the backward goes on,
+    and the one left for the backward's end holds at most a quarter; three more messages cost microseconds of
+    latency on the links modelled, where the allreduce of a layer hides behind the rest of the backward. Above
+    16 MiB the 4 MiB cap makes more buckets, of a size that amortises a message's latency."""
+    total = sum(p.data.nbytes for p in params)
+    return max(1, min(MAX_BUCKET_BYTES, -(-total // PARTS)))
 
 
 class SliceGradients:

@@ -18,7 +18,7 @@ def _collections(model):
     return [(name, value) for name, value in vars(model).items() if isinstance(value, EmbeddingCollection)]
 
 
-def distribute(model, comm, plan=None, codecs=None, bucket_bytes=4 << 20, **planning):
+def distribute(model, comm, plan=None, codecs=None, bucket_bytes=None, **planning):
     """Shard ``model``'s embedding collections over ``comm`` by ``plan`` (default: ``plan_for`` all their
     tables, given ``planning``: ``batch_size``, ``codec``, ``sharding``, ``rows``...; ``table_row`` and ``grid``
     find the ranks of a host by ``hosts.local_ranks`` unless ``local_ranks`` is given), with the all-to-alls in

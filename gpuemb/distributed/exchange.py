@@ -13,7 +13,9 @@ Forward, on every rank:
 Backward, on every rank, in the same order:
 1. The gradient rows, divided by the world size (each rank's loss is the mean over its own batch, so the global
    batch's gradient is the ranks' mean; not where the collection's ``rank_mean`` is off), go back to the owners by
-   alltoallv through the backward codec.
+   alltoallv through the backward codec. On an overlapped communicator the alltoallvs start, and steps 2 to 4 wait
+   for them in ``collection.row_updates`` until the step's end (``row_updates.py``); the op's backward runs before
+   the bottom MLP's (``early_backward``), so the gradients travel during the rest of the backward.
 2. Each owner runs its lookups' backward on the rows it received from all ranks, so duplicate keys from several
    ranks are summed (sort-based, deterministic) before the row rule runs once, as on one rank. They arrive peer
    by peer, each peer's in its batch order: global sample order on any world size, so a key's sum is the same bits
@@ -26,7 +28,7 @@ Every rank calls the same collectives in the same order, decided by the plan alo
 """
 import numpy as np
 
-from gpuemb.autograd import Function
+from gpuemb.autograd import Function, launches
 from gpuemb.autograd.backend import get_array_module, to_device, to_host
 
 from .routing import Arrivals, Route
@@ -139,25 +141,38 @@ class ShardedLookup(Function):
 
     def backward(self, gy):
         c = self.c
-        comm, W = c.comm, c.comm.world_size
         gy = c.layout.inward(gy, self.B)
         if c.rank_mean:
-            gy = gy / np.float32(W)
-        if c.streams:
-            r, a = self.route, self.arrivals
-            for g, (width, ids) in enumerate(self.groups):
-                send = get_array_module(gy).empty((r.group_index[g].size, width), np.float32)
-                self._fill_grads(send, gy, g, ids)
-                grads, _ = c.codecs.alltoallv_backward(comm, send, r.group_counts[g])
+            gy = gy / np.float32(c.comm.world_size)
+        sent = [self._send_grads(gy, g, width, ids) for g, (width, ids) in enumerate(self.groups)] \
+            if c.streams else []
+        c.row_updates.add(lambda: self._update(gy, sent))  # at once, or once the gradients arrived (row_updates.py)
+        return None
+
+    def _send_grads(self, gy, g, width, ids):
+        """Send group ``g``'s gradient rows to their owners: started on an overlapped communicator, so they travel
+        during the rest of the backward; ``.wait()`` of the result gives what this rank received."""
+        c, r = self.c, self.route
+        send = get_array_module(gy).empty((r.group_index[g].size, width), np.float32)
+        self._fill_grads(send, gy, g, ids)
+        if hasattr(c.comm, "start"):
+            return c.codecs.start_backward(c.comm, send, r.group_counts[g])
+        return _Received(c.codecs.alltoallv_backward(c.comm, send, r.group_counts[g]))
+
+    def _update(self, gy, sent):
+        """The owners' row updates from the ``sent`` gradients, then the column sums and the replicas' updates."""
+        c = self.c
+        with launches.phase(launches.backward_phase(self.phase)):  # where it runs late, it still counts as its own
+            for (_, ids), pending in zip(self.groups, sent):
+                grads = pending.wait()[0]
                 for s in ids:
                     if s in self.owned:
                         y = self.owned[s]
-                        y.backward(grads[to_device(a.reply_pos[s])].astype(y.dtype))
-            if c.coupled:
+                        y.backward(grads[to_device(self.arrivals.reply_pos[s])].astype(y.dtype))
+            if c.streams and c.coupled:
                 self._finish_columns()
-        if c.replicas:
-            self._replica_updates(gy)
-        return None
+            if c.replicas:
+                self._replica_updates(gy)
 
     def _finish_columns(self):
         """Add up each coupled column table's per-key sums over its shards (one alltoallv), then update."""
@@ -198,3 +213,13 @@ class ShardedLookup(Function):
                 table = c.replicas[name][0].table
                 y = table.lookup(to_host(keys)[rows])
                 y.backward(grads[to_device(rows), :table.config.dim].astype(y.dtype))
+
+
+class _Received:
+    """A blocking all-to-all's result, waited for as a started one is."""
+
+    def __init__(self, result):
+        self.result = result
+
+    def wait(self):
+        return self.result

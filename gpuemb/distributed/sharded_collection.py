@@ -27,6 +27,7 @@ from .feature_layout import FeatureLayout
 from .keys_ahead import KeysAhead
 from .pooled_exchange import ShardedPooledLookup
 from .routing import streams_of
+from .row_updates import row_updates_for
 from .shards import check_against_plan, local_shards
 
 TAGS = ("a2a_keys", "a2a_fwd", "a2a_bwd", "column_sums", "dp_allgather")
@@ -70,6 +71,7 @@ class ShardedEmbeddingCollection(Module):
                          for t, c in enumerate(configs) if self.plan.placement(c.name).kind == "data"}
         self.coupled = [(c.name, ranks) for c in configs for ranks in coupled_groups(self.plan.placement(c.name), c)]
         self._ahead = None  # the next training batch's key exchange, started during this step (keys_ahead.py)
+        self.row_updates = row_updates_for(comm)  # applied in the backward, or held for settle() (row_updates.py)
 
     @property
     def tables(self):
@@ -80,7 +82,13 @@ class ShardedEmbeddingCollection(Module):
         """The local shard that serves ``stream`` (an index into ``streams``)."""
         return self.shards[self.configs[self.streams[stream].table].name]
 
+    def settle(self):
+        """Apply the row updates that wait for their gradients' all-to-all (an overlapped communicator's). Every
+        rank calls it at the same point of its step; the next forward and ``save_sharded`` call it too."""
+        self.row_updates.settle()
+
     def forward(self, sparse):
+        self.settle()  # a lookup reads the rows as the last backward left them
         sparse = self._plain(sparse)
         if self._single_keys(sparse):
             ahead, self._ahead = (self._ahead, None) if self.training else (None, self._ahead)

@@ -41,6 +41,7 @@ def save_sharded(collection, prefix, meta=None, wrap=None):
     and return that path; every rank must call it. The files are whole on every rank's return; if any rank
     failed, every rank raises (that rank its own error, the others a ``SnapshotError``). ``wrap(name, table)``:
     what is written in place of each table (a view that checks its rows, say)."""
+    collection.settle()  # the last step's row updates, if an overlapped backward still holds them
     comm = collection.comm
     save_id = comm.broadcast(np.frombuffer(uuid.uuid4().bytes, np.uint8).copy(), root=0).tobytes().hex()
     shards = {n: s for n, s in collection.shards.items() if s.kind != "data" or comm.rank == 0}

@@ -57,6 +57,7 @@ class Cluster:
             raise ConfigError("--deterministic: --precision fp16 scales the loss and skips steps by what overflowed; "
                               "train in fp32 or bf16 for runs that are the same bits on any number of ranks")
         self._window, self._run = Counter(), Counter()  # bytes sent in train steps: since the last record, in all
+        self.collections = []  # the model's sharded collections, once sharded
         self._steps = [0, 0]
 
     @classmethod
@@ -118,7 +119,7 @@ class Cluster:
                                      codec=self.codecs.forward, sharding=self.sharding)
         except ValueError as e:  # the planner's PlanError, or a plan that does not fit a table: each says what to do
             raise ConfigError(f"{source}: {e}") from None
-        collections = [c for _, c in collections_of(model, ShardedEmbeddingCollection)]
+        self.collections = collections = [c for _, c in collections_of(model, ShardedEmbeddingCollection)]
         self.plan = collections[0].plan
         if self.deterministic:
             self._deterministic(model, collections, batch_size)
@@ -166,6 +167,12 @@ class Cluster:
         """Average the dense gradients over the ranks (between the backward and the optimizer step)."""
         if self._dense is not None:
             self._dense()
+
+    def settle(self):
+        """Apply the row updates held for their gradients' all-to-all (``distributed/row_updates.py``): at the step's
+        end, so the step's time and bytes include them, in the same order on every rank."""
+        for c in self.collections:
+            c.settle()
 
     def part(self, batch):
         """This rank's rows of ``batch``: ``[r n / W, (r + 1) n / W)``."""

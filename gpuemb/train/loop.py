@@ -47,11 +47,13 @@ class Trainer:
         lr = self.optimizer.lr
         return lr, self.embedding_lr * lr / self.base_lr
 
-    def train_step(self, batch, after_forward=None, after_loss=None):
+    def train_step(self, batch, after_forward=None, after_gradients=None):
         """One step on ``batch`` (label, dense, sparse arrays); returns the loss as a float.
 
         ``after_forward()``, if given, is called once the forward (and so every lookup of the step) is done, and
-        ``after_loss()`` once the loss is known on every rank, before the backward."""
+        ``after_gradients()`` once the step's gradient collectives are started (the dense buckets and the
+        embeddings' all-to-all, or ``--deterministic``'s gather), before the dense optimizer: a collective it starts
+        then queues behind those on an overlapped communicator, not ahead of them."""
         lr, embedding_lr = self.lrs
         with self.timer.step():
             for table in self.tables.values():
@@ -59,15 +61,16 @@ class Trainer:
             self.cluster.begin_step()
             self.model.train()
             if self.cluster.slices is None:
-                value = self._whole_step(batch, after_forward, after_loss)
+                value = self._whole_step(batch, after_forward, after_gradients)
             else:
-                value = self._sliced_step(batch, after_forward, after_loss)
+                value = self._sliced_step(batch, after_forward, after_gradients)
+            self.cluster.settle()  # rows whose gradients travelled during the dense step (overlapped) update now
         self.step += 1
         self.samples += batch.rows * self.cluster.world_size
         self.cluster.end_step()
         return value
 
-    def _whole_step(self, batch, after_forward, after_loss):
+    def _whole_step(self, batch, after_forward, after_gradients):
         logits = self.model(batch.dense, batch.sparse)
         _after(after_forward)
         xp = get_array_module(logits.data)
@@ -80,19 +83,20 @@ class Trainer:
                                                       finite_flag(self.model, xp, self.optimizer)]))
             value = self.cluster.mean(float(local))  # the global batch's: every rank agrees whether it is finite
             self._check(value, finite)
-        _after(after_loss)
         self.optimizer.zero_grad()
         if self.scaler is None:
             loss.backward(on_ready=self.cluster.grad_ready)  # an overlapped allreduce starts its buckets in it
+            _after(after_gradients)
             with launches.phase("communication"):
                 self.cluster.allreduce()
             with launches.phase("dense_optimizer"):
                 self.optimizer.step()
         else:  # --precision fp16: the step is skipped, rows and all, where a gradient overflowed
+            _after(after_gradients)  # before it: its backward, allreduce and check block in one call
             scaled_step(loss, self.optimizer, self.tables, self.scaler, self.cluster)
         return value
 
-    def _sliced_step(self, batch, after_forward, after_loss):
+    def _sliced_step(self, batch, after_forward, after_gradients):
         """``--deterministic``: the lookups once, the head slice by slice, the lookups' backward once on the slices'
         gradients, the dense gradients added in slice order (``slices.py``)."""
         slices = self.cluster.slices
@@ -105,11 +109,11 @@ class Trainer:
         with launches.phase("loss"):
             value = slices.loss(sums)
             self._check(value, backend.to_host(finite_flag(self.model, xp, self.optimizer)))
-        _after(after_loss)
         for e, gy in zip(embedded, gys):
             e.backward(gy)
         with launches.phase("communication"):
             self.cluster.allreduce()
+        _after(after_gradients)
         with launches.phase("dense_optimizer"):
             self.optimizer.step()
         return value
@@ -237,8 +241,9 @@ class Pipeline:
     """Steps a Trainer on Batches; with ``overlap``, the next batch is prepared while this one computes.
 
     Three things overlap: the loader's thread assembles batches ahead; batch i+1 is taken from it as step i
-    starts; and once step i's lookups are done, sharded collections on an overlapped communicator start i+1's key
-    exchange (``--overlap-comm``, distributed/keys_ahead.py), and a worker thread sorts i+1's keys and
+    starts; once step i's backward has started its collectives, sharded collections on an overlapped communicator
+    start i+1's key exchange (``--overlap-comm``, distributed/keys_ahead.py); and once step i's lookups are done, a
+    worker thread sorts i+1's keys and
     ``prefetch``es its rows into
     each table's device rows (on a GPU on a side stream, waited for before step i+1 starts), while step i's MLPs
     run. Step i+1's lookups then find their unique keys and pinned slots ready. The results are the same bit for
@@ -303,7 +308,7 @@ class Pipeline:
             self._ahead = (next(self._it), self.batches.state_dict())
             hook = self._submitter(self._ahead[0].sparse) if self._worker is not None else None
             route = self._router(self._ahead[0].sparse) if self.routed else None
-        loss = self.trainer.train_step(batch, after_forward=hook, after_loss=route)
+        loss = self.trainer.train_step(batch, after_forward=hook, after_gradients=route)
         self._state = state
         return loss
 
@@ -315,8 +320,11 @@ class Pipeline:
 
     def _router(self, sparse):
         def route():
-            # on every rank at this point of the step, so the collectives keep one order; after the loss's mean,
-            # not before it: that blocking allreduce would wait for these on the one communication thread
+            # on every rank at this point of the step, so the collectives keep one order; once the backward has
+            # started the dense buckets and the gradients' all-to-all, which the step waits for before these keys:
+            # started after the loss, the keys took the one communication thread for most of the backward, and
+            # everything the backward started queued behind them (a rank's timeline, W=2 on 2 busy cores). They
+            # travel during the dense step, the row updates and the next batch's start instead
             for collection in self.routed:
                 collection.route_ahead(sparse)
         return route

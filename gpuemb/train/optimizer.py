@@ -50,6 +50,7 @@ def scaled_step(loss, optimizer, tables, scaler, cluster):
         with launches.phase("loss"):
             scaled = scaler.scale(loss)
         scaled.backward()
+        cluster.settle()  # the held row updates are checked for overflow with the dense gradients
         with launches.phase("communication"):
             cluster.allreduce()
         with launches.phase("dense_optimizer"):

@@ -104,6 +104,9 @@ class OtherRankOverflowed:
     def begin_step(self):
         pass
 
+    def settle(self):
+        pass
+
     def end_step(self):
         pass
 

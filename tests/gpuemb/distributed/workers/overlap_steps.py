@@ -1,8 +1,11 @@
 """Run by test_overlap.py under ``mpiexec -n W``: a sharded DLRM trained a few steps on a blocking communicator,
 then again on an ``OverlappedCommunicator`` with every overlap on: the next batch's key exchange started during
 each step (``route_ahead``), the rows' all-to-all during the bottom MLP (checked: the rows had not arrived when it
-ran) and the dense allreduce in buckets during the backward. Both runs must be the same
-bits: every loss, dense parameter and row of this rank's shards.
+ran), the gradients' all-to-all during the rest of the backward and the dense step (checked: when the bottom MLP's
+gradients were complete and when the dense optimizer stepped, it had been started and its row updates were still
+held) and the dense allreduce in buckets during the backward (the model's default buckets: several, though all of
+its parameters fit 4 MiB). Both runs must be the same bits: every loss, dense parameter and row of this rank's
+shards.
 
 argv: the placement kind of the first three tables (table, row or column; the fourth is data-parallel), a seed.
 Prints "rank R: ok".
@@ -19,7 +22,7 @@ from gpuemb.comm import OverlappedCommunicator
 from gpuemb.distributed import ShardedEmbeddingCollection, distribute, keys_ahead
 
 KIND, SEED, G, STEPS = sys.argv[1], int(sys.argv[2]), 24, 4
-TAKEN, ARRIVED, READ = [], [], []
+TAKEN, ARRIVED, READ, IN_FLIGHT = [], [], [], []
 _take = keys_ahead.KeysAhead.take
 keys_ahead.KeysAhead.take = lambda self: TAKEN.append(1) or _take(self)
 _keys = ShardedEmbeddingCollection._keys  # each read of a batch's keys to the host
@@ -38,6 +41,22 @@ def train(c, overlap):
     # what DLRM computes while the rows travel: the bottom MLP runs before the interaction reads them
     model.bottom.forward = lambda x: ARRIVED.append(getattr(lookups[-1], "arrived", True)) or bottom(x)
     opt = optim.Adagrad(model.parameters(), 0.05)
+    bottom_params = {id(p) for p in model.bottom.parameters()}
+    started = []  # the tags of the collectives started, in order
+    if overlap:
+        _start = c.start
+        c.start = lambda op, *args, **kwargs: started.append(args[-1] if args and isinstance(args[-1], str) else op) or _start(op, *args, **kwargs)
+    assert len(allreduce.buckets) > 1, allreduce.buckets  # the default splits a model of under 4 MiB
+
+    def in_flight(where):
+        # the gradients' all-to-all was started, and the rows it updates wait for it (none where no stream is here)
+        held = len(getattr(model.embeddings.row_updates, "_held", ()))
+        IN_FLIGHT.append((where, "a2a_bwd" in started, held))
+
+    def ready(leaf):
+        if overlap and id(leaf) in bottom_params:
+            in_flight("bottom")
+        allreduce.ready(leaf)
     losses = []
     parts = [tuple(a[mine] for a in batch(SEED, step, G)) for step in range(STEPS)]  # as the pipeline hands them
     for step, (dense, sparse, y) in enumerate(parts):
@@ -45,9 +64,13 @@ def train(c, overlap):
         loss = bce_with_logits(model(dense, sparse), Tensor(y))
         if overlap and step + 1 < STEPS:  # once this step's lookups are done, as the training loop does
             model.embeddings.route_ahead(parts[step + 1][1])
-        loss.backward(on_ready=allreduce.ready)
+        started.clear()
+        loss.backward(on_ready=ready)
         allreduce()
+        if overlap:
+            in_flight("optimizer")
         opt.step()
+        model.embeddings.settle()  # at the step's end, as the training loop does
         losses.append(loss.data.copy())
     rows = {n: s.table.export() for n, s in model.embeddings.shards.items()}
     return losses, [p.data.copy() for p in model.parameters()], rows
@@ -64,6 +87,9 @@ def main():
     assert len(TAKEN) == (STEPS - 1 if model_has_streams() else 0), TAKEN
     assert len(ARRIVED) == STEPS and not any(ARRIVED), ARRIVED  # each step's rows were still on their way
     assert len(READ) == STEPS, READ  # a batch's keys are read once, by route_ahead, not again by its forward
+    bottoms = [f for f in IN_FLIGHT if f[0] == "bottom"]
+    assert len(bottoms) == 4 * STEPS and len(IN_FLIGHT) == 5 * STEPS, IN_FLIGHT  # bottom: 2 layers, 4 parameters
+    assert all(sent == model_has_streams() and held == sent for _, sent, held in IN_FLIGHT), IN_FLIGHT
     for a, b in zip(blocking[0], overlapped[0]):
         assert np.array_equal(a, b), f"rank {c.rank}: a loss moved: {a} against {b}"
     for a, b in zip(blocking[1], overlapped[1]):
