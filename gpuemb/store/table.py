@@ -216,8 +216,10 @@ class EmbeddingTable:
         """``(unique, inverse, valid, their tags)`` of a training batch's device ``keys``. A device table's step
         reads nothing back: its unique is of fixed size (``unique_keys_fixed``; ``valid`` marks the U distinct
         keys). Exact (``valid`` None) on the host, where counting costs no read, and where the step reads anyway:
-        admission compacts the admitted keys, and an ssd home reads its cold slots ahead."""
-        if (not backend.is_device_array(keys) or self.admission is not None
+        admission compacts the admitted keys, an ssd home reads its cold slots ahead, and a bounded top level (a
+        cache, or ``max_rows``) weighs a prefetch and its evictions by U: by N, a batch of multi-hot features (N
+        many times U) would skip every prefetch of a cache smaller than N and evict rows it did not need to."""
+        if (not backend.is_device_array(keys) or self.admission is not None or self.top.bound is not None
                 or hasattr(self.home.tier, "read_ahead")):
             unique, inverse = unique_keys(keys)
             return unique, inverse, None, _unique_tags(tags, unique, inverse)

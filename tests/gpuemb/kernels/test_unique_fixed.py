@@ -7,7 +7,8 @@ from gpuemb.autograd import Tensor, backend
 from gpuemb.autograd.backend import to_host
 from gpuemb.kernels.unique import unique_keys_fixed
 from gpuemb.optim import RowwiseAdagradRule
-from gpuemb.store.options import Initializer, StoreOptions, TableConfig
+from gpuemb.store.level import PinsOnly
+from gpuemb.store.options import EvictionRule, Initializer, StoreOptions, TableConfig
 from gpuemb.store.table import EmbeddingTable
 
 
@@ -42,27 +43,31 @@ def test_empty_batch_has_count_zero(xp):
 
 @pytest.mark.gpu
 def test_padding_inserts_pins_and_updates_nothing(rng):
-    """A bounded device table, so every pin and use is kept: a batch with many repeats pins and inserts only its
-    distinct keys, counts them exactly, and its update changes each row once (its step count 1), the largest key's
-    too, whose copies pad the unique keys; other keys' rows are untouched."""
+    """An unbounded device table, the one whose step takes the fixed-size unique, with an evict rule so that its
+    level keeps each slot's pins: a batch with many repeats pins and inserts only its distinct keys, counts them
+    exactly, and its update changes each row once (its step count 1), the largest key's too, whose copies pad the
+    unique keys; other keys' rows are untouched."""
     lr, dim = 0.1, 4
     config = TableConfig("t", dim, rule=RowwiseAdagradRule(initial_accumulator_value=0.1), lr=lr,
-                         initializer=Initializer("normal", 0.5, seed=3), options=StoreOptions(max_rows=512))
+                         initializer=Initializer("normal", 0.5, seed=3), evict=EvictionRule(min_count=1000))
     table = EmbeddingTable(config)
+    level = table.top
+    assert level.bound is None and isinstance(level.policy, PinsOnly)
     bystanders = np.arange(1000, 1040, dtype=np.int64)
-    table.lookup(bystanders).sum().backward()
+    table.lookup(backend.to_device(bystanders)).sum().backward()
     before = {int(k): r for k, r in zip(*_rows(table, bystanders))}
     keys = rng.integers(0, 60, 400) * 11
     distinct = np.unique(keys)
-    level = table.top
     hits, misses = level.hits, level.misses
+
+    def pinned():  # the pins of every slot but the dump row, where the padding's land
+        return int(to_host(level.policy.pins[:-1]).sum())
     out = table.lookup(backend.to_device(keys))
     assert len(table) == bystanders.size + distinct.size
-    assert level.policy.n_pinned() == distinct.size and level.misses - misses == distinct.size
-    assert level.hits == hits
+    assert pinned() == distinct.size and level.misses - misses == distinct.size and level.hits == hits
     gy = rng.standard_normal((keys.size, dim)).astype(np.float32)
     (out * Tensor(backend.to_device(gy))).sum().backward()
-    assert level.policy.n_pinned() == 0 and level.pins_held == 0
+    assert pinned() == 0 and level.pins_held == 0
     got_keys, got_rows, got_steps = _rows(table, distinct, steps=True)
     np.testing.assert_array_equal(got_steps, np.ones(distinct.size))  # the largest key updated once, not again
     after = {int(k): r for k, r in zip(*_rows(table, bystanders))}
@@ -75,6 +80,17 @@ def test_padding_inserts_pins_and_updates_nothing(rng):
     _, rows_2, steps_2 = _rows(table, distinct, steps=True)
     np.testing.assert_array_equal(steps_2, np.full(distinct.size, 2))
     assert all(not np.array_equal(a[:dim], b[:dim]) for a, b in zip(got_rows, rows_2))  # each row moved again
+
+
+@pytest.mark.gpu
+def test_a_bounded_table_takes_the_exact_unique_to_weigh_room_by_distinct_keys(rng):
+    """A cache or max_rows weighs a prefetch by the distinct keys: 400 keys of 60 distinct fit a room of 100."""
+    config = TableConfig("t", 4, options=StoreOptions(max_rows=512))
+    table = EmbeddingTable(config)
+    keys = backend.to_device(rng.integers(0, 60, 400) * 11)
+    unique, inverse, valid, _ = table._unique(keys, None)
+    assert valid is None and unique.shape[0] == np.unique(to_host(keys)).size
+    assert table.prefetch(keys, room=100) is True
 
 
 def _rows(table, keys, steps=False):

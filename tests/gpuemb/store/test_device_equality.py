@@ -34,6 +34,8 @@ def test_cpu_and_emulated_device_agree_bit_for_bit(tmp_path):
         if "/sgd/" in name or not name.split("/")[-1].startswith(("y", "rows")):
             np.testing.assert_array_equal(device[name], cpu[name], err_msg=name)
         else:  # the fused Adagrad kernels' CPU and CUDA twins round differently (up to 11 ulp seen; open:
-            # optim/rowwise_kernels.py), so those rows agree to float32 rounding, not bit for bit
-            np.testing.assert_allclose(device[name], cpu[name], rtol=4e-6, atol=1e-9, err_msg=name)
+            # optim/rowwise_kernels.py), so those rows agree to float32 rounding, not bit for bit; a pooled output
+            # whose terms cancel rounds as its terms do, so the absolute tolerance follows the largest of them
+            np.testing.assert_allclose(device[name], cpu[name], rtol=4e-6, atol=4e-6 * np.abs(cpu[name]).max(),
+                                       err_msg=name)
     assert cpu["device/sgd/keys"].size > 64  # the cached placements evicted: more keys than cache rows
