@@ -4,8 +4,8 @@ A sharded lookup begins by sending each key to its owner (``exchange.py``, step 
 counts and the keys). They depend on the batch's keys and the plan alone, not on any row, so on an overlapped
 communicator (``comm/overlap.py``) the training loop starts them for batch i+1 once step i's backward has started
 its own collectives (``ShardedEmbeddingCollection.route_ahead``), and they travel while step i runs its dense step
-and its row updates. Step i+1's forward then takes them (``take``) instead of exchanging. The same keys go the same way in the
-same order, so the lookups, and every bit after them, are those of the blocking run.
+and its row updates. Step i+1's forward then takes them (``take``) instead of exchanging. The same keys go the same
+way in the same order, so the lookups, and every bit after them, are those of the blocking run.
 
 Every rank starts them at the same point of its step, and the next training forward of every rank takes them:
 that keeps the collectives in the same order on every rank. A forward that gets other keys than those routed is a

@@ -1,6 +1,6 @@
 """tools/train.py on 2 ranks under a real ``mpiexec`` on the CPU, against the same run in one process: the same
-losses and eval metrics with fp32 all-to-alls, int8 losing no AUC against fp32 over two seeds, checkpoints that resume in another
-world size, and bad launches refused with one line per rank."""
+losses and eval metrics with fp32 all-to-alls, int8 losing no AUC against fp32 over two seeds, checkpoints that
+resume in another world size, and bad launches refused with one line per rank."""
 import json
 import re
 from pathlib import Path

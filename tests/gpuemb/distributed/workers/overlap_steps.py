@@ -45,7 +45,11 @@ def train(c, overlap):
     started = []  # the tags of the collectives started, in order
     if overlap:
         _start = c.start
-        c.start = lambda op, *args, **kwargs: started.append(args[-1] if args and isinstance(args[-1], str) else op) or _start(op, *args, **kwargs)
+
+        def start(op, *args, **kwargs):  # records each started collective's tag (its last argument), or its op
+            started.append(args[-1] if args and isinstance(args[-1], str) else op)
+            return _start(op, *args, **kwargs)
+        c.start = start
     assert len(allreduce.buckets) > 1, allreduce.buckets  # the default splits a model of under 4 MiB
 
     def in_flight(where):
