@@ -298,16 +298,21 @@ def unique(a, return_inverse=False):
     """
     xp = get_array_module(a)
     a = a.ravel()
-    if return_inverse:
-        order = xp.argsort(a)
-        s = a[order]
-    else:
-        s = xp.sort(a)
-    first = xp.empty(s.shape[0], dtype=bool)
-    first[:1] = True
-    xp.not_equal(s[1:], s[:-1], out=first[1:])
     if not return_inverse:
-        return s[first]
+        s = xp.sort(a)
+        return s[first_of_runs(s)]
+    order = xp.argsort(a)
+    s = a[order]
+    first = first_of_runs(s)
     inverse = xp.empty(a.shape[0], dtype=numpy.int64)
     inverse[order] = xp.cumsum(first) - 1
     return s[first], inverse
+
+
+def first_of_runs(s):
+    """A mask of the sorted ``s`` [n]: True where a run of equal values begins (``unique`` keeps those)."""
+    xp = get_array_module(s)
+    first = xp.empty(s.shape[0], dtype=bool)
+    first[:1] = True
+    xp.not_equal(s[1:], s[:-1], out=first[1:])
+    return first

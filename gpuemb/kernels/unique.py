@@ -87,11 +87,7 @@ def unique_keys_fixed(keys):
     keys = keys.ravel()
     n = keys.shape[0]
     order = xp.argsort(keys)
-    s = keys[order]
-    first = xp.empty(n, dtype=bool)
-    first[:1] = True
-    xp.not_equal(s[1:], s[:-1], out=first[1:])
-    rank = xp.cumsum(first) - 1  # each sorted key's index among the distinct ones
+    rank = xp.cumsum(backend.first_of_runs(keys[order])) - 1  # each sorted key's index among the distinct ones
     inverse = xp.empty(n, dtype=np.int64)
     inverse[order] = rank
     at = xp.arange(n)
