@@ -8,7 +8,7 @@ Two things make a set of column shards train exactly like the whole table:
 - Row-wise Adagrad keeps one accumulator per row and adds the mean of the row's squared gradient over *all*
   ``dim`` columns, which no shard sees alone. The rules of the other optimizers act per column, so their shards
   need nothing more. A coupled shard (row-wise Adagrad, fewer than all columns) therefore holds its update back:
-  ``_update`` keeps the batch's summed gradients and reports the per-key sum of its columns' squared (decayed)
+  ``apply_update`` keeps the batch's summed gradients and reports the per-key sum of its columns' squared (decayed)
   gradients (``pending_sums``); the collection adds these sums up over the table's shards with one all-to-all,
   and ``finish(total)`` sets each accumulator to grow by ``total / dim`` before the fused rule runs. Every shard
   sees the same keys in the same order (each requester sends each shard the same list), so their sums line up
@@ -19,7 +19,7 @@ import dataclasses
 
 import numpy as np
 
-from gpuemb.autograd.backend import get_array_module, to_device, to_host
+from gpuemb.autograd.backend import get_array_module, to_host
 from gpuemb.optim import RowwiseAdagradRule
 from gpuemb.store.init import initial_weights
 from gpuemb.store.table import EmbeddingTable
@@ -55,56 +55,42 @@ class ColumnShardTable(EmbeddingTable):
         super().__init__(dataclasses.replace(config, dim=stop - start))
         self.format.first = start  # stochastic rounding draws by the whole row's column, as the whole table does
 
-    def _initial(self, keys):
+    def initial(self, keys):
+        """The columns ``cols`` of the whole row's initial weights (the state does not depend on them for any rule)."""
         w = initial_weights(self.config.initializer, keys, self.full_dim, self.config.dtype)
         return w[:, self.cols[0]:self.cols[1]]
 
-    def _new_rows(self, keys, tags=None):
-        rows, steps = super()._new_rows(keys, tags)
-        rows[:, :self.dim] = self._initial(keys)  # the state does not depend on the weights for any rule
-        return rows, steps
-
-    def _peek(self, unique, tags=None):
-        weights = super()._peek(unique, tags)
-        absent = np.flatnonzero(self.home.locate(unique) < 0)
-        if absent.size:
-            weights[to_device(absent)] = to_device(self._initial(unique[absent]).astype(weights.dtype))
-        return weights
-
-    def _working_rows(self, slots):
-        return self.format.unpack(self.top.tier.read(slots))
-
-    def _update(self, keys, tags, slots, positions, grads):
-        if not self.coupled:
-            return super()._update(keys, tags, slots, positions, grads)
-        if self.held is not None:
+    def hold_updates(self):
+        if self.coupled:
             raise ValueError(f"{self.config.name}: a column shard under row-wise Adagrad cannot hold its updates "
                              "for a loss scaler: its accumulator needs the other shards' sums of the unscaled "
                              "gradients during the backward. Train it in fp32, or shard the table row- or table-wise")
+        return super().hold_updates()
+
+    def apply_update(self, batch, positions, grads, adjust=None):
+        if not self.coupled:
+            return super().apply_update(batch, positions, grads, adjust)
         positions = to_host(positions)
-        with self._lock:
-            w = to_host(self._working_rows(slots[positions])[:, :self.dim]).astype(np.float64)
+        w = to_host(self.working_rows(batch, positions)[:, :self.dim]).astype(np.float64)
         g = to_host(grads).astype(np.float64) + self.rule.weight_decay * w  # what the kernel squares
-        self._pending = (keys, tags, slots, positions, grads, (g * g).sum(axis=1))
+        self._pending = (batch, positions, grads, (g * g).sum(axis=1))
 
     def pending_sums(self):
         """The per-key sums of squared gradients over this shard's columns, float64 ``[U]`` in the order of the
         batch's unique keys (empty when the shard got no keys this step)."""
-        return np.zeros(0) if self._pending is None else self._pending[5]
+        return np.zeros(0) if self._pending is None else self._pending[3]
 
     def finish(self, total):
         """Apply the held-back update with ``total [U]``, the sums over all of the row's columns."""
         if self._pending is None:
             return
-        keys, tags, slots, positions, grads, local = self._pending
+        batch, positions, grads, local = self._pending
         self._pending = None
-        s = slots[positions]
         acc = self.format.working_layout["sum"].start
         # The fused kernel adds this shard's own mean (local / dim); shift the accumulator so that it ends
         # up grown by the whole row's mean (total / full_dim) instead.
         shift = total / self.full_dim - local / self.dim
-        with self._lock:
-            rows = self._working_rows(s)
+
+        def adjust(rows):
             rows[:, acc] += get_array_module(rows).asarray(shift, dtype=rows.dtype)
-            self.top.tier.write(s, self.format.pack(rows))
-            self._update_rows(keys, tags, slots, positions, grads)
+        super().apply_update(batch, positions, grads, adjust)

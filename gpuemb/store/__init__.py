@@ -5,7 +5,7 @@ What a caller holds: a table or a collection of tables, their configs, the error
 a lookup whose backward will never come, and snapshots."""
 from .collection import EmbeddingCollection, feature_keys
 from .errors import RowStateError, SsdFileError, StoreError, StoreFullError
-from .lease import LeaseError, release
+from .batch import LeaseError, release
 from .options import Initializer, StoreOptions, TableConfig
 from .snapshot import SnapshotError, load_snapshot, save_snapshot
 from .table import EmbeddingTable

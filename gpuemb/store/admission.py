@@ -23,10 +23,11 @@ SEEN_MOD = 1 << 23  # the last-seen clock is kept modulo this, and ages are comp
 
 
 class Admission:
-    """The pending keys of a table whose rows live in ``home`` (a ``HomeLevel``), admitted after ``after`` batches."""
+    """The pending keys of a table whose rows live in ``home`` (a ``HomeLevel``), admitted after ``after`` batches;
+    ``life`` (a ``KeyLife``, which owns it) keeps the clock it stamps them with."""
 
-    def __init__(self, after, home):
-        self.after, self.home = after, home
+    def __init__(self, after, home, life):
+        self.after, self.home, self.life = after, home, life
         self.pending = KeyIndex(xp=home.xp)
 
     def __len__(self):
@@ -58,7 +59,7 @@ class Admission:
             counted = keys[at]
             pos, is_new = self.pending.claim(counted)
             counts = xp.where(is_new, 0, self.pending.values_at(pos) & ((1 << COUNT_BITS) - 1)) + 1
-            self.pending.assign(pos, (counts | (self.home.clock % SEEN_MOD) << COUNT_BITS).astype(np.int32))
+            self.pending.assign(pos, (counts | (self.life.clock % SEEN_MOD) << COUNT_BITS).astype(np.int32))
             done = counts >= self.after
             self.pending.erase(counted[done])
             reached[at] = done
@@ -82,7 +83,7 @@ class Admission:
         """Set the counts and last-seen clocks of ``keys`` (restored from a snapshot; ``seen`` None: now), but of
         those the home holds."""
         home = self.home
-        seen = np.full(len(keys), home.clock % SEEN_MOD) if seen is None else np.asarray(seen) % SEEN_MOD
+        seen = np.full(len(keys), self.life.clock % SEEN_MOD) if seen is None else np.asarray(seen) % SEEN_MOD
         values = home.here((np.asarray(counts, np.int64) | seen.astype(np.int64) << COUNT_BITS).astype(np.int32))
         keys = home.here(np.asarray(keys, np.int64))
         absent = home.locate(keys) < 0
@@ -91,7 +92,7 @@ class Admission:
 
     def expire(self, ttl_steps, chunk=1 << 16):
         """Drop the pending keys not counted in the last ``ttl_steps`` update batches; returns how many."""
-        clock, old = self.home.clock, []
+        clock, old = self.life.clock, []
         for keys, values in self.pending.items(chunk):
             age = (clock - (values >> COUNT_BITS)) % SEEN_MOD
             old.append(keys[age >= ttl_steps])

@@ -77,15 +77,14 @@ class BatchedTable:
     def __init__(self, store, tag, config):
         self.store, self.tag, self.config = store, tag, config
         self.dim, self.rule, self.lr, self.format = config.dim, config.rule, config.lr, store.format
-        self.trimmed = 0  # the interface of snapshots; a batched table keeps no ticks, so no delta reads it
 
     # What the store holds for all its tables.
     levels = property(lambda self: self.store.levels)
     top = property(lambda self: self.store.top)
     home = property(lambda self: self.store.home)
     admission = property(lambda self: None)
-    held = property(lambda self: self.store.held)
-    dropped = property(lambda self: self.store.dropped)
+    life = property(lambda self: self.store.life)  # the store's clock, and drops; no ticks, no admission
+    in_flight = property(lambda self: self.store.in_flight)
 
     def mixed(self, keys, method):
         """This table's ``keys`` as the store holds them, and their tags, on the keys' device; ``method`` names the

@@ -2,7 +2,7 @@
 
 A table that keeps ticks (``TableConfig(track_updates=True)``, or an evict rule by age) stamps each row it
 inserts or updates with its update clock (``RowLevel.touched``), and logs the keys it drops with the tick of the
-drop (``EmbeddingTable.deleted``). A marker is the clock's value; the delta since it is every key stamped later,
+drop (``KeyLife.deleted``, keylife.py). A marker is the clock's value; the delta since it is every key stamped later,
 with its row and steps as they are now, and every key dropped later that the table does not hold again (a key
 dropped then inserted again is an update). Applying the deltas of consecutive markers, in order, to a copy of
 the table at the first one gives the table as it is now. Nothing here touches ``dirty_keys()``, which incremental
@@ -24,18 +24,13 @@ def changes_since(table, since, chunk=1 << 16):
     if home.touched is None:
         raise ValueError(f"{table.config.name}.delta: the table keeps no update ticks; build it with "
                          "TableConfig(track_updates=True)")
-    if since < table.trimmed:
-        raise ValueError(f"{table.config.name}.delta: deltas before marker {table.trimmed} were trimmed (a delta "
-                         f"since it was taken), so one since marker {since} cannot say what was dropped; take a new "
-                         "base snapshot and ask for deltas since its marker")
-    table.deleted[:] = [(tick, k) for tick, k in table.deleted if tick > since]
-    table.trimmed = since
+    logged = table.life.trim(since)
     table.top.flush()
     changed = [to_host(keys[home.touched[slots] > since]) for keys, slots in home.index.items(chunk)]
     keys = np.sort(np.concatenate(changed + [np.zeros(0, np.int64)]))
     got = list(table.export(keys))
     rows = np.concatenate([r for _, r, _ in got] or [np.zeros((0, home.tier.width), home.tier.dtype)])
     steps = np.concatenate([s for _, _, s in got] or [np.zeros(0, np.int32)])
-    dropped = np.unique(np.concatenate([k for _, k in table.deleted] + [np.zeros(0, np.int64)]))
+    dropped = np.unique(np.concatenate(logged + [np.zeros(0, np.int64)]))
     deleted = dropped[to_host(home.locate(home.here(dropped)) < 0)]
     return np.concatenate([k for k, _, _ in got] or [np.zeros(0, np.int64)]), rows, steps, deleted

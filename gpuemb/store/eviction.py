@@ -30,7 +30,7 @@ def expired(table, rule, chunk=1 << 16):
             rows, seen["steps"] = home.read(slots)
             seen["weights"] = table.format.weights(rows) if "weights" in reads else None
         if "ages" in reads:
-            seen["ages"] = home.clock - home.touched[slots]
+            seen["ages"] = table.life.clock - home.touched[slots]
         hit = home.xp.ones(keys.shape[0], np.bool_)
         for name, below in rule.criteria():
             hit &= SCORES[name](keys, **seen) < below
@@ -45,11 +45,11 @@ def _aged(rule):
 
 def unpinned(table, keys):
     """``keys`` (NumPy) less those whose rows a batch in flight pins at the table's top level."""
-    top = table.top
+    top, in_flight = table.top, table.in_flight.pinned
     pins = getattr(top.policy, "pins", None)
     if pins is None:
-        if top.pins_held:
-            raise ValueError(f"{table.config.name}: {top.pins_held} rows are pinned by batches in flight, and this "
+        if in_flight:
+            raise ValueError(f"{table.config.name}: {in_flight} rows are pinned by batches in flight, and this "
                              "table keeps no pins to tell which; delete between steps (no prefetch pending), or "
                              "give the table an evict rule (TableConfig(evict=EvictionRule(...))), which keeps them")
         return keys

@@ -14,12 +14,14 @@ from .level import RowLevel
 class HomeLevel(RowLevel):
     """Every key's rows in ``tier``; ``new_rows(keys, tags) -> (rows [n, width], steps [n])`` makes those of new
     keys (of tables ``tags``, or None). ``bound`` (``max_rows``; None: grows) and ``policy`` choose which keys a
-    full home drops; ``ticks``: keep each row's last change tick; ``pins``: keep pins where unbounded (a table that
-    evicts by a rule); ``owners``: keep each row's table (a store of several)."""
+    full home drops; ``life``: the table's ``KeyLife``, which keeps each row's last change tick here where it asks;
+    ``pins``: keep pins where unbounded (a table that evicts by a rule); ``owners``: keep each row's table (a store of
+    several)."""
 
-    def __init__(self, tier, new_rows, bound=None, policy="lru", ticks=False, pins=False, owners=False):
-        super().__init__(tier, bound, policy, ticks=ticks, pins=pins, owners=owners)
-        self.new_rows = new_rows
+    def __init__(self, tier, new_rows, life, bound=None, policy="lru", pins=False, owners=False):
+        super().__init__(tier, bound, policy, ticks=life.ticks, pins=pins, owners=owners)
+        self.new_rows, self.life = new_rows, life
+        life.attach(self)
 
     def flush(self, chunk=1 << 16):
         """Nothing to write down, the home being the bottom; but wait until the tier's own background writes have
@@ -48,15 +50,3 @@ class HomeLevel(RowLevel):
             slots = to_host(self.locate(self.here(keys)))
             pairs = [(keys[slots >= 0], to_host(self.touched[self.here(slots[slots >= 0])]))]
         return np.concatenate([np.stack([k, t.astype(np.int64)], 1) for k, t in pairs] + [np.zeros((0, 2), np.int64)])
-
-    def restore_ticks(self, clock, ticks):
-        """Set the update ``clock`` and, where ticks are kept, each held key's tick from ``ticks`` ``[n, 2]`` (key,
-        tick); keys without one (``ticks`` None: a snapshot from before ticks were saved) read as updated now."""
-        self.clock = clock
-        if self.touched is None:
-            return
-        self.touched[:] = clock
-        if ticks is not None:
-            slots = to_host(self.locate(self.here(ticks[:, 0])))
-            held = slots >= 0
-            self.touched[self.here(slots[held])] = self.here(ticks[held, 1].astype(np.int32))

@@ -149,6 +149,7 @@ class RowLevel:
     whether it writes rows down (``writes_down``: then it keeps dirty flags).
     """
     writes_down = False
+    life = None  # a home level's KeyLife, which stamps the ticks of the rows it inserts
 
     def __init__(self, tier, bound=None, policy="lru", what="max_rows", ticks=False, pins=False, owners=False):
         self.tier, self.bound, self.what = tier, bound, what
@@ -162,17 +163,14 @@ class RowLevel:
         self.keys = xp.zeros(1, np.int64) if bounded else None  # to forget evicted keys (and write them down)
         self.steps = None if tier.stores_steps else xp.zeros(1, np.int32)  # each row's update count
         self.dirty = xp.zeros(1, np.bool_) if self.writes_down else None  # changed since it came from below
-        # The tick of each row's last change, where the table asks (deltas, eviction by age): ``clock`` counts the
-        # table's update batches, and a row inserted or updated while it reads c is stamped c + 1
-        # (``EmbeddingTable._tick``), so a marker taken at c sees it.
+        # The tick of each row's last change, where the table asks (deltas, eviction by age): written by the table's
+        # ``KeyLife`` (keylife.py) alone, ``life`` here, which a home level keeps.
         self.touched = xp.zeros(1, np.int32) if ticks else None
         # The table each row belongs to, in a store that batches several (``table.py``): given by the ``tags``
         # of the acquire or put that inserts the key.
         self.owners = xp.zeros(1, np.int32) if owners else None
-        self.clock = 0
         self.counters = xp.zeros(3, np.int64)  # hits, misses, evictions: counted where the masks are
         self.used_bound = 0  # host: at most this many rows are held
-        self.pins_held = 0  # host: the pins of acquires not yet unpinned, at least the rows pinned (no read)
 
     def __len__(self):
         return self.alloc.n_used
@@ -248,7 +246,6 @@ class RowLevel:
         self.write(slots, rows, steps, where=miss)
         self.policy.pin(self._where(slots, miss))
         self.policy.touch(slots)
-        self.pins_held += keys.shape[0]
         return slots
 
     def _count(self, miss, valid=None):
@@ -258,7 +255,6 @@ class RowLevel:
 
     def unpin(self, slots):
         self.policy.unpin(slots)
-        self.pins_held -= slots.shape[0]
 
     def take(self, keys, tags=None):
         """``(rows, steps)`` of ``keys`` (of tables ``tags``) for the level above, brought here first."""
@@ -318,7 +314,7 @@ class RowLevel:
         if self.dirty is not None:
             self.dirty[put] = False
         if self.touched is not None:
-            self.touched[put] = self.clock + 1
+            self.life.stamp(put)
         if self.owners is not None and tags is not None:
             self.owners[put] = tags
         return self.xp.where(is_new, new, slots)

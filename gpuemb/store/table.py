@@ -3,8 +3,10 @@
 A lookup takes the batch's unique keys, makes sure their rows are in the top level's device rows (inserting new
 keys with rows from the initializer, or bringing them up through the caches), gathers their weights ``[U, D]``
 and runs ``EmbeddingBagFunction`` on them with each key's position among the unique keys as its slot. So the
-backward's deterministic sort-based sum hands ``(unique positions, summed_row_grads)`` to ``_update``, which reads
-those full rows, runs the fused ``apply_rows`` (``update_rows``) with the table's rule and lr, and writes them back.
+backward's deterministic sort-based sum hands ``(unique positions, summed_row_grads)`` to ``_backward``, whose
+``apply_update`` reads those full rows, runs the fused ``apply_rows`` (``update_rows``) with the table's rule and lr,
+and writes them back. The batch's keys, unique keys and pinned slots are one handle from lookup (or prefetch) to
+update (``batch.py``), and the keys' clock, ticks, admission and drops change in one place (``keylife.py``).
 Nothing table-sized is ever built, and the result does not depend on where the rows live: a tiered table trains bit for
 bit like a device one.
 
@@ -13,7 +15,6 @@ dropping least-used keys past it); ``host``/``ssd`` are a device ``CacheLevel`` 
 tier, with an optional host cache of ``host_cache_rows`` over an ssd home.
 """
 import dataclasses
-from collections import deque
 
 import numpy as np
 
@@ -24,13 +25,13 @@ from gpuemb.kernels.embedding_bag import MODES, EmbeddingBagFunction, embedding_
 from gpuemb.kernels.unique import unique_keys, unique_keys_fixed
 from gpuemb.optim import update_rows
 
-from .admission import Admission
+from .batch import InFlight, watch
 from .cache import CacheLevel
 from .delta import changes_since
 from .eviction import expired, unpinned
 from .home import HomeLevel
 from .init import initial_weights
-from .lease import Lease, hold
+from .keylife import KeyLife
 from .ordered import OrderedLock
 from .mixing import unmixed
 from .row_format import RowFormat
@@ -38,9 +39,9 @@ from .ssd_tier import SsdTier
 from .tiers import DeviceTier, HostTier, TierSpec
 
 
-def _levels(config, fmt, new_rows, owners=False):
-    """The table's levels, top first, holding rows in the stored form ``fmt``; ``owners``: the home keeps each
-    row's table (a store of several)."""
+def _levels(config, fmt, new_rows, life, owners=False):
+    """The table's levels, top first, holding rows in the stored form ``fmt``; ``life``: the table's ``KeyLife``;
+    ``owners``: the home keeps each row's table (a store of several)."""
     o = config.options
     chunk_rows = o.chunk_rows if o.placement == "ssd" else 1  # only the SSD tier moves chunks
     spec = TierSpec(fmt.width, str(fmt.dtype), o.slab_rows, chunk_rows)
@@ -49,12 +50,11 @@ def _levels(config, fmt, new_rows, owners=False):
         tier = tier_type(dataclasses.replace(spec, slab_rows=min(o.slab_rows, rows), chunk_rows=1))
         return CacheLevel(tier, rows, o.policy, below, what)
 
-    ticks = config.ticks
     if o.placement == "device":  # the home is the top level: its pins, if unbounded, only where keys may go
-        return [HomeLevel(DeviceTier(spec), new_rows, o.max_rows, o.policy, ticks, pins=config.evict is not None,
+        return [HomeLevel(DeviceTier(spec), new_rows, life, o.max_rows, o.policy, pins=config.evict is not None,
                           owners=owners)]
     tier = HostTier(spec) if o.placement == "host" else SsdTier(o.ssd_path, spec, o.ssd_threads)
-    home = HomeLevel(tier, new_rows, ticks=ticks, owners=owners)
+    home = HomeLevel(tier, new_rows, life, owners=owners)
     levels = [home]
     if o.host_cache_rows:
         levels.insert(0, cache(HostTier, o.host_cache_rows, home, "host_cache_rows"))
@@ -62,47 +62,41 @@ def _levels(config, fmt, new_rows, owners=False):
     return levels
 
 
-def _same(a, b):
-    """Whether two batches' keys are equal: the same array (a collection hands a prefetched batch's keys to its
-    lookup), or else one read on the device (a prefetch's lookup pays it, no other)."""
-    if a is b:
-        return True
-    if a.shape != b.shape:
-        return False
-    xp = backend.get_array_module(a, b)
-    return bool(backend.item(xp.array_equal(a, b)))
-
-
 class EmbeddingTable:
     """One embedding table of ``config`` (a ``TableConfig``); see the module docstring.
 
     ``n_tables`` > 1 makes it the store of that many tables of one row format (``batched.py``): its keys are theirs
     mixed with their index (``mixing.py``), each call's ``tags`` say which table each key is of, and the home keeps
-    each row's table."""
+    each row's table.
+
+    Its state has one owner per concern: the rows, the levels (``levels``, top first); the batches whose rows are
+    pinned, from prefetch or lookup to update or release, ``in_flight`` (batch.py); the keys' clock, ticks, admission
+    and drops, ``life`` (keylife.py). Both change only under the table's lock, which orders their device work too
+    (ordered.py): the step's thread and the pipeline's prefetch worker reach them. A subclass changes what a new key's
+    weights are (``initial``) and how a batch's update is applied (``apply_update``), nothing else."""
 
     def __init__(self, config, n_tables=1):
         self.config, self.n_tables = config, n_tables
         self.dim, self.rule, self.lr = config.dim, config.rule, config.lr
         self.format = RowFormat(config.rule, config.dim, config.dtype, config.rounding,  # float16: row_format.py
                                 config.initializer.seed)
-        self.levels = _levels(config, self.format, self._new_rows, owners=n_tables > 1)
+        self.life = KeyLife(config.name, config.ticks, config.admit_after or 1, config.evict_every)
+        self.levels = _levels(config, self.format, self._new_rows, self.life, owners=n_tables > 1)
         self.top, self.home = self.levels[0], self.levels[-1]
-        self._prefetched = deque()  # (keys, unique keys, inverse, their tags, pinned slots) of prefetches, oldest first
+        self.in_flight = InFlight(config.name, self.top)
         self._lock = OrderedLock()  # held while a level's rows or bookkeeping change; orders their device work
-        self._released = deque()  # slots of lookups let go without a backward, to unpin at the next lock
         self._dirty = []  # (keys, their tags or None) updated since clear_dirty()
-        self.held = None  # a list while updates wait for release_updates() (a loss-scaled step), else None
-        after = config.admit_after or 1
-        self.admission = Admission(after, self.home) if after > 1 else None
-        self.deleted = []  # (tick, keys) of the keys dropped, for deltas; only where ticks are kept
-        self.trimmed = 0  # the oldest marker a delta can be taken since: the drops before it are forgotten
-        self.dropped = False  # whether keys were dropped since clear_dirty(): an incremental cannot say so
         self._closed = set()  # in a store of several tables, those closed (close(table))
+
+    admission = property(lambda self: self.life.admission)
+
+    def initial(self, keys):
+        """The initial weights ``[n, dim]`` of new ``keys`` (the table's own keys), by the config's initializer."""
+        return initial_weights(self.config.initializer, keys, self.dim, self.config.dtype)
 
     def _new_rows(self, keys, tags=None):
         """A store of several tables draws a key's row from the table's own key, as the table alone would."""
-        keys = keys if tags is None else unmixed(keys, tags)
-        w = initial_weights(self.config.initializer, keys, self.dim, self.config.dtype)
+        w = self.initial(keys if tags is None else unmixed(keys, tags))
         return self.format.new_rows(w), backend.get_array_module(w).zeros(keys.shape[0], np.int32)
 
     def __len__(self):
@@ -111,13 +105,13 @@ class EmbeddingTable:
     def room(self):
         """How many more rows the device level could pin beside those pinned now; None where it is unbounded. A
         training loop reads it while the current batch's rows are pinned, for a :meth:`prefetch` that must fit
-        beside them whenever it runs. It counts pins on the host (``RowLevel.pins_held``), so the step that asks
+        beside them whenever it runs. It counts pins on the host (``InFlight.pinned``), so the step that asks
         does not wait for the device; a row pinned twice counts twice, as does a device batch's padding (it counts N,
         its keys, not U, which stays on the device), which only errs towards skipping."""
         with self._lock:
-            self._unpin_released()
+            self.in_flight.settle()
             bound = self.top.bound
-            return None if bound is None else bound - self.top.pins_held
+            return None if bound is None else bound - self.in_flight.pinned
 
     def prefetch(self, keys, room=None, tags=None, copy=True):
         """Bring the rows of an upcoming batch's ``keys`` into the device rows and pin them until that batch's
@@ -149,8 +143,8 @@ class EmbeddingTable:
         if self.admission is not None:
             return False
         with self._lock:
-            self._unpin_released()
-            self._prefetched.append((keys, unique, inverse, tags, self.top.acquire(unique, tags, valid)))
+            self.in_flight.settle()
+            self.in_flight.pin(keys, unique, inverse, tags, valid, "prefetched")
         return True
 
     def _cold_slots(self, keys):
@@ -185,32 +179,30 @@ class EmbeddingTable:
             peeked = self._peek(unique, _unique_tags(tags, unique, inverse))
             return Tensor(embedding_bag(peeked, inverse, offsets, mode or "sum", weights))
         with self._lock:
-            self._unpin_released()
-            ahead = self._prefetched.popleft() if self._prefetched else None
-            if ahead is not None and _same(ahead[0], keys):  # prefetched: sorted and pinned already
-                _, unique, inverse, tags, slots = ahead
-            else:
-                unique, inverse, valid, tags = self._unique(keys, tags)
-                if self.admission is not None:
-                    unique, inverse = self.admission.admit(unique, inverse)
-                slots = self.top.acquire(unique, tags, valid)
-                if ahead is not None:
-                    self.top.unpin(ahead[4])
-        rows = self.format.weights(self.top.tier.read(slots))
+            self.in_flight.settle()
+            batch = self.in_flight.look_up(keys, lambda: self._sorted(keys, tags))
+        rows = self.format.weights(self.top.tier.read(batch.slots))
         if self.admission is not None:  # the default row of the keys still pending, after the admitted ones
             rows = backend.xp.concatenate([rows, backend.xp.zeros((1, self.dim), rows.dtype)])
         if not is_grad_enabled():
-            self.top.unpin(slots)
-            return Tensor(embedding_bag(rows, inverse, offsets, mode or "sum", weights))
-        lease = Lease(self, slots)  # the backward takes the pins; a lookup let go gives them back (lease.py)
+            with self._lock:
+                self.in_flight.unpin(batch, "released")
+            return Tensor(embedding_bag(rows, batch.inverse, offsets, mode or "sum", weights))
         # Every position among the unique keys is some key's (none where pending keys share a default row), but
         # a fixed-size unique's padding, whose runs are empty: zero gradients, written to slot -1 (no key's row).
-        n_slots = unique.shape[0] if self.admission is None else None
-        fn = EmbeddingBagFunction(inverse, offsets, mode or "sum",
-                                  lambda u, g: self._update(unique, tags, lease.take(), u, g), weights, n_slots)
+        n_slots = batch.unique.shape[0] if self.admission is None else None
+        fn = EmbeddingBagFunction(batch.inverse, offsets, mode or "sum", lambda u, g: self._backward(batch, u, g),
+                                  weights, n_slots)
         out = fn.apply(Tensor(rows, requires_grad=True))
-        hold(fn, lease)
+        watch(fn, batch, self)  # release(out), or the collector once out is garbage, gives the pins back (batch.py)
         return out
+
+    def _sorted(self, keys, tags):
+        """``(unique, inverse, their tags, valid)`` of a training lookup's ``keys``, counted by admission."""
+        unique, inverse, valid, tags = self._unique(keys, tags)
+        if self.admission is not None:
+            unique, inverse = self.life.admit(unique, inverse)
+        return unique, inverse, tags, valid
 
     def _unique(self, keys, tags):
         """``(unique, inverse, valid, their tags)`` of a training batch's device ``keys``. A device table's step
@@ -244,14 +236,10 @@ class EmbeddingTable:
                                  f"{self.n_tables - 1}: give each key its table's index")
         return backend.to_device(tags, np.int32)
 
-    def _unpin_released(self):
-        """Unpin the slots of lookups let go since the last lock (the caller holds it)."""
-        while self._released:
-            self.top.unpin(self._released.popleft())
-
-    def _settle_releases(self):
+    def settle_releases(self):
+        """Give back the pins of the lookups let go since the table's last lock (``release``)."""
         with self._lock:
-            self._unpin_released()
+            self.in_flight.settle()
 
     def _peek(self, unique, tags=None):
         """The weights of ``unique`` keys (of tables ``tags``) without inserting any: an evaluation must not grow
@@ -261,33 +249,43 @@ class EmbeddingTable:
         weights = backend.xp.empty((unique.size, self.dim), self.format.compute_dtype)
         if present.any():
             at = backend.to_device(np.flatnonzero(present))
-            slots = self.top.acquire(unique[at])
-            weights[at] = self.format.weights(self.top.tier.read(slots))
-            self.top.unpin(slots)
+            with self._lock:  # pinned only while read (the level's take), so no batch's
+                weights[at] = self.format.weights(self.top.take(unique[at])[0])
         if not present.all():  # a pending key reads the default row, as in training
             at = backend.to_device(np.flatnonzero(~present))
             keys = unique[at] if tags is None else unmixed(unique[at], tags[at])
-            weights[at] = 0 if self.admission is not None else \
-                initial_weights(self.config.initializer, keys, self.dim, self.config.dtype)
+            weights[at] = 0 if self.admission is not None else self.initial(keys)
         return weights
 
-    def _update(self, keys, tags, slots, positions, grads):
-        """The fused row update of the rows at ``positions`` among the batch's unique ``keys`` (of tables
-        ``tags``), then unpin."""
+    def _backward(self, batch, positions, grads):
+        """``batch``'s backward: the summed ``grads`` of its unique keys at ``positions``, applied now or, while a
+        loss scaler holds the step's updates, at ``release_updates``."""
         if self.admission is not None:
-            positions, grads = self.admission.rows_only(keys.shape[0], positions, grads)
-        if self.held is not None:  # the step may yet be skipped: keep it, rows pinned, for release_updates()
-            self.held.append((keys, tags, slots, positions, grads))
-            return
-        with self._lock:  # a prefetch on another thread may be moving rows of this level
-            self._unpin_released()
-            self._update_rows(keys, tags, slots, positions, grads)
+            positions, grads = self.admission.rows_only(batch.unique.shape[0], positions, grads)
+        if self.in_flight.backward(batch, positions, grads):
+            self.apply_update(batch, positions, grads)
 
-    def _update_rows(self, keys, tags, slots, positions, grads):
+    def apply_update(self, batch, positions, grads, adjust=None):
+        """Update ``batch``'s rows at ``positions`` among its unique keys with ``grads`` by the table's rule, and
+        give its pins back. ``adjust(rows)``: changes the working rows in place before the rule runs (a column
+        shard's accumulator, distributed/column.py). A subclass whose update needs more than this batch's gradients
+        overrides it."""
+        with self._lock:  # a prefetch on another thread may be moving rows of this level
+            self.in_flight.settle()
+            self._update_rows(batch, positions, grads, adjust)
+
+    def working_rows(self, batch, positions):
+        """The working rows (float32 where stored as float16) of ``batch``'s unique keys at ``positions``."""
+        with self._lock:
+            return self.format.unpack(self.top.tier.read(batch.slots[positions]))
+
+    def _update_rows(self, batch, positions, grads, adjust=None):
         """Everything here stays on the top level's device: positions, slots, rows, steps and a cache's dirty flags."""
-        s = slots[positions]
+        keys, tags, s = batch.unique, batch.tags, batch.slots[positions]
         rows, steps = self.top.read(s)
         rows = self.format.unpack(rows)  # float16 weights: updated in float32, rounded back
+        if adjust is not None:
+            adjust(rows)
         xp = backend.get_array_module(rows)
         update_rows(rows, steps, xp.arange(s.shape[0]), grads, self.rule, self.lr)
         ids = None
@@ -297,18 +295,11 @@ class EmbeddingTable:
         self.top.changed(s)
         # A fixed-size unique's padding repeats the largest key with its tag: a dirty key twice, one once read.
         self._dirty.append((keys[positions], None if tags is None else tags[positions]))
-        self.top.unpin(slots)
-        self._tick(keys[positions], s)
-
-    def _tick(self, keys, slots):
-        """One more update batch on the table's clock: stamp the updated ``keys`` (at top ``slots``), and evict
-        every ``evict_every`` batches."""
-        home = self.home
-        home.clock += 1
+        self.in_flight.unpin(batch, "updated")
+        home, at = self.home, None  # the update's tick stamps its rows at the home, where it keeps ticks
         if home.touched is not None:
-            home.touched[slots if home is self.top else home.locate(home.here(keys))] = home.clock
-        every = self.config.evict_every
-        if every and home.clock % every == 0:
+            at = s if home is self.top else home.locate(home.here(keys[positions]))
+        if self.life.tick(at):
             self._evict(self.config.evict)
 
     # -- the lifecycle of keys: eviction, deletion, deltas ------------------------------------------------------
@@ -325,8 +316,7 @@ class EmbeddingTable:
             return self._evict(rule)
 
     def _evict(self, rule):
-        if self.admission is not None and rule.ttl_steps is not None:
-            self.admission.expire(rule.ttl_steps)
+        self.life.expire(rule.ttl_steps)
         return self._drop(expired(self, rule))
 
     def delete(self, keys):
@@ -334,13 +324,12 @@ class EmbeddingTable:
         admission counts; returns how many rows were dropped."""
         keys = backend.unique(np.asarray(to_host(integer_keys(keys, f"{self.config.name}.delete")), np.int64).ravel())
         with self._lock:
-            if self.admission is not None:
-                self.admission.forget(keys)
+            self.life.forget(keys)
             return self._drop(keys)
 
     def marker(self):
         """An opaque marker of now, the table's update clock: ``delta(since=marker)`` gives what changes after."""
-        return self.home.clock
+        return self.life.clock
 
     def delta(self, since):
         """``(keys, rows, steps, deleted)``: NumPy arrays of the keys inserted or updated after marker ``since``
@@ -356,29 +345,23 @@ class EmbeddingTable:
         if keys.size:
             for level in self.levels:
                 level.drop(keys)
-            if home.touched is not None:
-                self.deleted.append((home.clock + 1, keys))
-            self.dropped = True
+            self.life.log_drops(keys)
         return int(keys.size)
 
     def hold_updates(self):
         """Keep the row updates of the coming backwards, rows pinned, until ``release_updates``; returns the list of
-        their ``(keys, tags, slots, positions, grads)``, whose grads a loss scaler unscales and checks in place. A
-        store of several tables holds once for them all: while it holds, a second call returns an empty list."""
-        if self.held is not None:
-            return []
-        self.held = []
-        return self.held
+        their batches (``BatchRows``), whose ``grads`` a loss scaler unscales and checks in place. A store of several
+        tables holds once for them all: while it holds, a second call returns an empty list."""
+        return self.in_flight.hold()
 
     def release_updates(self, apply=True):
         """Apply the held updates, or for a skipped step drop them, unpinning their rows either way."""
-        held, self.held = self.held or [], None
-        for keys, tags, slots, positions, grads in held:
+        for batch in self.in_flight.take_held():
             if apply:
-                self._update(keys, tags, slots, positions, grads)
+                self.apply_update(batch, batch.positions, batch.grads)
             else:
                 with self._lock:
-                    self.top.unpin(slots)
+                    self.in_flight.unpin(batch, "released")
 
     # -- the interface of snapshots ------------------------------------------------------------------------------
     def dirty_keys(self, table=None):
@@ -404,7 +387,7 @@ class EmbeddingTable:
         else:
             keys, tags = self._dirty_pairs()
             self._dirty = [(keys[tags != table], tags[tags != table])] if keys.size else []
-        self.dropped = False
+        self.life.clear_dropped()
 
     def export(self, keys=None, chunk=1 << 16, table=None):
         """``(keys [n], rows [n, width], steps [n])`` NumPy chunks of every row, or of ``keys`` that are present
@@ -446,8 +429,7 @@ class EmbeddingTable:
             level.drop(keys)  # the cached copies are older than what is imported
         home = self.home
         home.put(keys, home.here(rows), home.here(np.asarray(to_host(steps), np.int32)), tags)
-        if home.touched is not None:  # a change for deltas, as an update is
-            home.touched[home.locate(home.here(keys))] = home.clock + 1
+        self.life.stamp(home.locate(home.here(keys)))  # a change for deltas, as an update is
 
     def stats(self):
         """Rows, bytes and per-level traffic (an ssd level's also in chunks, with the seconds callers waited for the

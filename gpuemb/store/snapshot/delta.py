@@ -68,4 +68,4 @@ def apply_delta(tables, path):
                 t.import_rows(keys, rows, steps)
         until = _marker(snap.meta.get("until"), name)
         if until is not None:
-            t.home.clock = until
+            t.life.advance_to(until)

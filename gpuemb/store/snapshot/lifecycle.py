@@ -15,14 +15,11 @@ def lifecycle_of(t, keys=None):
         extras["pending"] = np.concatenate(counts or [np.zeros((0, 3), np.int64)])
     if t.home.touched is not None:
         extras["ticks"] = t.home.ticks(keys)
-    return t.home.clock, extras or None
+    return t.life.clock, extras or None
 
 
 def restore_lifecycle(t, clock, ticks, pending):
     """Set the clock, ticks and pending counts of ``t``, whose rows are imported already; a snapshot from before
     the clock was saved (``clock`` None) restarts it at 0, and every key's tick at the clock; pending counts saved
     without the clock when last counted (``[n, 2]``) read as counted now."""
-    t.home.restore_ticks(clock or 0, ticks)
-    t.trimmed = clock or 0  # the drops before the save are not saved: a delta must start at or after it
-    if pending is not None and t.admission is not None:
-        t.admission.set_counts(pending[:, 0], pending[:, 1], pending[:, 2] if pending.shape[1] > 2 else None)
+    t.life.restore(clock, ticks, pending)

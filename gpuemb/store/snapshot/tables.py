@@ -54,7 +54,7 @@ def save_snapshot(tables, path, incremental=False, base=None, meta=None):
         if bounded:  # an incremental has no way to say a key was dropped, so a restore would bring it back
             raise ValueError(f"save_snapshot({path}): tables {bounded} drop keys past max_rows, which an "
                              "incremental snapshot cannot record; write a full snapshot of them")
-        dropped = [name for name, t in tables.items() if t.dropped]
+        dropped = [name for name, t in tables.items() if t.life.dropped]
         if dropped:
             raise ValueError(f"save_snapshot({path}): tables {dropped} evicted or deleted keys since their last "
                              "save, which an incremental snapshot cannot record; write a full snapshot of them")

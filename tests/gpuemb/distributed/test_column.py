@@ -50,8 +50,15 @@ def test_rows_split_and_join_by_columns(rule, rng):
 
 
 def test_a_coupled_shard_refuses_to_hold_its_update_for_a_loss_scaler(rng):
+    """Refused when the step starts holding (fp16's ``scaled_step``), before any row is looked up; a shard whose
+    columns are the whole row holds as any table does."""
     shard = ColumnShardTable(TableConfig("w", D, rule=optim.RowwiseAdagradRule()), (0, 3))
-    shard.hold_updates()
-    y = shard.lookup(rng.integers(0, 9, 4))
     with pytest.raises(ValueError, match="cannot hold its updates for a loss scaler"):
-        y.backward(rng.standard_normal(y.shape).astype(np.float32))
+        shard.hold_updates()
+    whole = ColumnShardTable(TableConfig("w", D, rule=optim.RowwiseAdagradRule()), (0, D))
+    assert whole.hold_updates() == []
+    y = whole.lookup(rng.integers(0, 9, 4))
+    y.backward(rng.standard_normal(y.shape).astype(np.float32))
+    assert len(whole.in_flight.held) == 1 and whole.in_flight.pinned > 0
+    whole.release_updates(apply=False)
+    assert whole.in_flight.pinned == 0

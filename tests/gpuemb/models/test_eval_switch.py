@@ -24,7 +24,7 @@ def test_eval_alone_is_inference(make_tables, rng):
     assert not first.requires_grad and first.creator is None  # no tape
     np.testing.assert_array_equal(to_host(first.data), to_host(second.data))  # no dropout
     assert [len(t) for t in model.embeddings.tables] == sizes  # no key inserted
-    assert all(t.top.pins_held == 0 for t in model.embeddings.tables)  # no row pinned
+    assert all(t.in_flight.pinned == 0 for t in model.embeddings.tables)  # no row pinned
     rows = model.embeddings(unseen)
     table = model.embeddings.tables[0]
     np.testing.assert_array_equal(to_host(rows.data)[:, 0], initial_weights(table.config.initializer, unseen[:, 0], D))

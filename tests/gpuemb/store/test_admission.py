@@ -67,7 +67,7 @@ def test_a_key_trains_from_its_nth_batch_on(placement, after, tmp_path, rng):
             np.testing.assert_allclose(to_host(t.lookup(seen, insert=False).data), ref.lookup(seen, insert=False),
                                        rtol=1e-5, atol=1e-6)
         if step % 3 == 1:  # the pipeline's prefetch: it pins nothing and counts nothing; the lookup does
-            assert t.prefetch(keys) is False and not t._prefetched
+            assert t.prefetch(keys) is False and not t.in_flight.prefetched
         skip = step % 7 == 3  # a loss-scaled step that is skipped: admitted keys keep their rows untrained
         if skip:
             t.hold_updates()

@@ -50,7 +50,7 @@ def test_a_base_and_its_deltas_give_the_live_table(placement, tmp_path, rng):
         with no_grad():  # inserted, never updated: in the delta all the same
             live.lookup(rng.integers(0, 400, 24) * 13)
         deltas.append(tmp_path / f"d{i}.h5")
-        logged += len(live.deleted)
+        logged += len(live.life.deleted)
         since = save_delta(live, deltas[-1], since)
     assert dropped == 60 and logged > 4  # the deletes, and evictions every 10 batches
     assert np.isin(dirty, live.dirty_keys()).all()  # the deltas left the incremental's keys alone
@@ -84,10 +84,10 @@ def test_a_delta_forgets_the_drops_it_has_passed(tmp_path, rng, xp):
     train(t, rng, 4)
     second = t.marker()
     train(t, rng, 4)
-    ticks = [tick for tick, _ in t.deleted]
+    ticks = [tick for tick, _ in t.life.deleted]
     assert min(ticks) <= first < second < max(ticks)
     deleted = t.delta(second)[3]
-    assert [tick for tick, _ in t.deleted] == [tick for tick in ticks if tick > second] and deleted.size > 0
+    assert [tick for tick, _ in t.life.deleted] == [tick for tick in ticks if tick > second] and deleted.size > 0
     with pytest.raises(ValueError, match=f"deltas before marker {second} were trimmed.*take a new base snapshot"):
         t.delta(first)
     np.testing.assert_array_equal(t.delta(second)[3], deleted)  # the same marker again: still answerable
@@ -100,7 +100,7 @@ def test_regular_deltas_keep_the_drop_log_small(tmp_path, rng):
     since, most, drops = t.marker(), 0, 0
     for i in range(20):
         train(t, rng, 20, start=40 * i)
-        most = max(most, len(t.deleted))
+        most = max(most, len(t.life.deleted))
         drops += t.delta(since)[3].size
         since = t.marker()
-    assert most <= 11 and drops > 1000 and len(t.deleted) <= 6
+    assert most <= 11 and drops > 1000 and len(t.life.deleted) <= 6

@@ -148,9 +148,9 @@ def test_held_updates_wait_for_release_and_a_skip_changes_nothing(rng, apply):
     (table.lookup(keys) * Tensor(gy)).sum().backward()
     (ref.lookup(keys) * Tensor(gy)).sum().backward()
     before = stored_rows(table)  # the backward held its update
-    assert len(held) == 1 and table.top.pins_held == np.unique(keys).size
+    assert len(held) == 1 and table.in_flight.pinned == np.unique(keys).size
     table.release_updates(apply)
-    assert table.top.pins_held == 0 and table.held is None
+    assert table.in_flight.pinned == 0 and table.in_flight.held is None
     after, updated = stored_rows(table), stored_rows(ref)
     for k in after:
         same = after[k].view(np.uint16)

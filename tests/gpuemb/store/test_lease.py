@@ -43,7 +43,7 @@ def test_abandoned_lookups_do_not_fill_a_bounded_level(placement, tmp_path, xp):
     got = next(table.export(keys))
     want = initial_weights(table.config.initializer, got[0], D) - 0.5 * g[_order(keys, got[0])]
     np.testing.assert_allclose(got[1][:, :D], want, rtol=1e-6)
-    assert table.top.pins_held == 0
+    assert table.in_flight.pinned == 0
     table.close()
 
 
@@ -56,9 +56,9 @@ def test_release_unpins_at_once_and_the_backward_then_refuses(tmp_path, xp):
     table, rng = _table("device", tmp_path), np.random.default_rng(2)
     keys = rng.integers(0, 1 << 40, 6)
     out = table.lookup(keys)
-    assert table.top.pins_held == 6
+    assert table.in_flight.pinned == 6
     assert release(out) == 1
-    assert table.top.pins_held == 0
+    assert table.in_flight.pinned == 0
     assert release(out) == 0  # once only
     with pytest.raises(LeaseError, match="already released"):
         out.backward(rng.standard_normal((6, D)).astype(np.float32))
@@ -69,11 +69,11 @@ def test_a_lookup_that_updated_is_not_released(tmp_path):
     table, rng = _table("device", tmp_path), np.random.default_rng(3)
     out = table.lookup(rng.integers(0, 1 << 40, 5))
     out.backward(rng.standard_normal((5, D)).astype(np.float32))
-    assert table.top.pins_held == 0
+    assert table.in_flight.pinned == 0
     assert release(out) == 0
     del out
     gc.collect()
-    assert table.top.pins_held == 0 and not table._released  # the collector does not unpin a second time
+    assert table.in_flight.pinned == 0 and not table.in_flight.released  # the collector does not unpin a second time
     with pytest.raises(LeaseError, match="already updated"):
         out = table.lookup(np.arange(3))
         out.backward(np.ones((3, D), np.float32))
@@ -84,9 +84,9 @@ def test_release_reaches_every_lookup_behind_a_collections_output(tmp_path, xp):
     configs = [TableConfig(f"f{i}", D, options=StoreOptions(max_rows=16)) for i in range(3)]
     coll, rng = EmbeddingCollection(configs), np.random.default_rng(4)
     out = coll(rng.integers(0, 1 << 30, (5, 3)))
-    assert [t.top.pins_held for t in coll.tables] == [5, 5, 5]
+    assert [t.in_flight.pinned for t in coll.tables] == [5, 5, 5]
     assert release(out) == 3
-    assert [t.top.pins_held for t in coll.tables] == [0, 0, 0]
+    assert [t.in_flight.pinned for t in coll.tables] == [0, 0, 0]
 
 
 def test_an_output_dropped_on_another_thread_is_unpinned_at_the_next_lock(tmp_path):
@@ -97,6 +97,6 @@ def test_an_output_dropped_on_another_thread_is_unpinned_at_the_next_lock(tmp_pa
     t = threading.Thread(target=box.clear)
     t.start()
     t.join()
-    assert len(table._released) == 1 and table.top.pins_held == 4
+    assert len(table.in_flight.released) == 1 and table.in_flight.pinned == 4
     assert table.room() == 8  # room() takes the lock, so it unpins first
-    assert table.top.pins_held == 0
+    assert table.in_flight.pinned == 0

@@ -41,7 +41,7 @@ def everything(t):
     order = np.argsort(keys)
     pending = np.concatenate([np.stack(kcs, 1) for kcs in t.admission.counts()] + [np.zeros((0, 3), np.int64)])
     ticks = t.home.ticks()
-    return {"keys": keys[order], "rows": rows[order], "steps": steps[order], "clock": t.home.clock,
+    return {"keys": keys[order], "rows": rows[order], "steps": steps[order], "clock": t.life.clock,
             "ticks": ticks[np.argsort(ticks[:, 0])], "pending": pending[np.argsort(pending[:, 0])]}
 
 
@@ -53,13 +53,13 @@ def test_a_restored_table_continues_as_the_unbroken_one(placement, tmp_path, rng
     save_snapshot(live, tmp_path / "s.h5")
     back = table(tmp_path, placement)
     load_snapshot(back, [tmp_path / "s.h5"])
-    dropped_before = sum(k.size for _, k in live.deleted)
+    dropped_before = sum(k.size for _, k in live.life.deleted)
     train(live, batches[30:])
     train(back, batches[30:])
     want, got = everything(live), everything(back)
     for name in want:
         np.testing.assert_array_equal(want[name], got[name], err_msg=name)
-    assert sum(k.size for _, k in live.deleted) > dropped_before > 0  # evictions on both sides of the save
+    assert sum(k.size for _, k in live.life.deleted) > dropped_before > 0  # evictions on both sides of the save
     assert want["pending"].shape[0] > 10 and want["keys"].size > 100
 
 
@@ -73,7 +73,7 @@ def test_a_snapshot_without_clock_or_ticks_loads_with_every_key_updated_now(tmp_
                                                             steps)})
     back = table(tmp_path, admit_after=None)
     load_snapshot(back, [tmp_path / "old.h5"])
-    assert back.home.clock == 0 and live.home.clock == 20
+    assert back.life.clock == 0 and live.life.clock == 20
     ticks = back.home.ticks()
     assert sorted(ticks[:, 0].tolist()) == sorted(keys.tolist()) and (ticks[:, 1] == 0).all()
 
@@ -85,16 +85,16 @@ def test_ticks_and_clock_reshard_from_two_ranks_to_three(tmp_path, rng, row_rank
         t = table(tmp_path, admit_after=None, evict=EvictionRule(ttl_steps=1000))
         train(t, [(keys * 2 + r, gy) for keys, gy in drifting(rng, 12 + 5 * r)])  # rank r owned parity r
         want.update(dict(t.home.ticks().tolist()))
-        clocks.append(t.home.clock)
+        clocks.append(t.life.clock)
         mark = {"id": "save", "rank": r, "world_size": 2, "shards": {"t": {"kind": "row", "cols": [0, D], "dim": D}}}
         save_snapshot(t, tmp_path / f"s{r}.h5", meta={"sharded": mark})
     got = {}
     for rank in range(3):
         new = row_rank(rank, 3, table(tmp_path, admit_after=None, evict=EvictionRule(ttl_steps=1000)))
         load_sharded(new, [tmp_path / "s0.h5", tmp_path / "s1.h5"])
-        home = new.shards["t"].table.home
-        mine = dict(home.ticks().tolist())
+        shard = new.shards["t"].table
+        mine = dict(shard.home.ticks().tolist())
         assert all(owner_hash(np.array([k]))[0] % 3 == rank for k in mine)
-        assert home.clock == max(clocks)
+        assert shard.life.clock == max(clocks)
         got.update(mine)
     assert got == want and len(set(want.values())) > 5 and clocks == [12, 17]

@@ -68,9 +68,9 @@ def test_a_prefetch_of_the_batch_is_taken_over(shared, rng):
     for store, keys, tags in c.table_keys(sparse):
         assert store.prefetch(keys, tags=tags)
     out = c(sparse)
-    assert all(not s._prefetched for s in c.stores)  # each lookup took its prefetch over
+    assert all(not s.in_flight.prefetched for s in c.stores)  # each lookup took its prefetch over
     out.backward(np.ones(out.shape, np.float32))
-    assert all(s.top.pins_held == 0 for s in c.stores)
+    assert all(s.in_flight.pinned == 0 for s in c.stores)
 
 
 def test_bad_hotness_and_shapes_are_one_line(rng):

@@ -49,7 +49,7 @@ def test_an_overflow_skips_the_dense_step_and_the_row_updates():
             assert all(np.array_equal(dense[k], v) for k, v in run.model.state_dict().items())
             after = rows(run)
             assert len(table) > 100 and all(np.array_equal(table[k], after[k]) for k in table)
-            assert run.tables["embeddings"].top.pins_held == 0
+            assert run.tables["embeddings"].in_flight.pinned == 0
             assert (scaler.steps_skipped, scaler.loss_scale, run.step) == (1, 2.0 ** 129, 2)
     finally:
         run.close()

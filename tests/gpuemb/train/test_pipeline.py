@@ -74,10 +74,10 @@ def test_a_lookup_takes_over_the_prefetched_keys_and_slots(tmp_path):
             (table, keys, _), = run.model.embeddings.table_keys(pipeline._ahead[0].sparse)
             level = table.top
             seen = level.hits + level.misses
-            assert seen > 0 and len(table._prefetched) == 1
+            assert seen > 0 and len(table.in_flight.prefetched) == 1
             with no_grad():
                 run.model.embeddings(pipeline._ahead[0].sparse)
-            assert level.hits + level.misses == seen and not table._prefetched  # no second acquire
+            assert level.hits + level.misses == seen and not table.in_flight.prefetched  # no second acquire
             assert level.policy.n_pinned() == 0  # the no_grad lookup released the prefetch's pins
     finally:
         run.close()
