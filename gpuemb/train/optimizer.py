@@ -54,7 +54,7 @@ def scaled_step(loss, optimizer, tables, scaler, cluster):
         with launches.phase("communication"):
             cluster.allreduce()
         with launches.phase("dense_optimizer"):
-            finite = scaler.unscale_arrays_([grads for h in held for *_, grads in h])
+            finite = scaler.unscale_arrays_([batch.grads for h in held for batch in h])
             if not cluster.everywhere(finite) and finite:
                 # another rank's rows overflowed; an inf checked here makes this rank skip the same step
                 scaler.unscale_arrays_([np.full(1, np.inf, np.float32)])
