@@ -29,15 +29,16 @@ def _unpack(xp, packed, *dtypes_widths):
 
 class CacheLevel(RowLevel):
     """At most ``bound`` rows of ``below``'s keys in ``tier``, evicting by ``policy``; ``what`` names the setting
-    that sizes the bound (``cache_rows``, ``host_cache_rows``) in errors.
+    that sizes the bound (``cache_rows``, ``host_cache_rows``) in errors, and ``share`` how many batched tables'
+    settings it sums.
 
     Traffic with the level below, per batch: the missed keys go down, their rows and steps come up, and the dirty
     rows it evicts go down with their keys and steps, one packed copy each (``_pack``), and none when empty."""
     writes_down = True
 
-    def __init__(self, tier, bound, policy, below, what):
+    def __init__(self, tier, bound, policy, below, what, share=1):
         super().__init__(tier, bound, policy, what)
-        self.below = below
+        self.below, self.share = below, share
 
     def flush(self, chunk=1 << 16):
         held = self.policy.occupied & self.dirty

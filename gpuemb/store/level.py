@@ -149,6 +149,7 @@ class RowLevel:
     whether it writes rows down (``writes_down``: then it keeps dirty flags).
     """
     writes_down = False
+    share = 1  # how many batched tables' settings the bound sums (a cache of a store of several)
     life = None  # a home level's KeyLife, which stamps the ticks of the rows it inserts
 
     def __init__(self, tier, bound=None, policy="lru", what="max_rows", ticks=False, pins=False, owners=False):
@@ -360,12 +361,15 @@ class RowLevel:
     def _evict(self, n, wanted, n_candidates):
         victims = self.policy.victims(n, n_candidates)
         if victims is None:
-            pinned = self.policy.n_pinned()
-            held = len(self)
+            pinned, n = self.policy.n_pinned(), self.share
+            # a store of n batched tables sums their settings: the advice is for each table's own
+            whose, setting = (f"{self.what}={self.bound}", self.what) if n == 1 else (
+                f"{self.what}={self.bound}, the sum of {n} batched tables' {self.what} ({self.bound // n} each)",
+                f"each table's {self.what}")
             raise StoreFullError(
-                f"{type(self.tier).__name__}: {wanted} new rows do not fit in {self.what}={self.bound}: "
-                f"{held} rows are held, {pinned} of them pinned by batches not yet updated; raise "
-                f"{self.what} to at least {pinned + wanted}, or make batches with fewer unique keys")
+                f"{type(self.tier).__name__}: {wanted} new rows do not fit in {whose}: {len(self)} rows are held, "
+                f"{pinned} of them pinned by batches not yet updated; raise {setting} to at least "
+                f"{-(-(pinned + wanted) // n)}, or make batches with fewer unique keys")
         self._evicting(victims)
         self.index.erase(self.keys[victims])
         self._release(victims)

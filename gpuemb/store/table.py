@@ -39,16 +39,17 @@ from .ssd_tier import SsdTier
 from .tiers import DeviceTier, HostTier, TierSpec
 
 
-def _levels(config, fmt, new_rows, life, owners=False):
+def _levels(config, fmt, new_rows, life, n_tables=1):
     """The table's levels, top first, holding rows in the stored form ``fmt``; ``life``: the table's ``KeyLife``;
-    ``owners``: the home keeps each row's table (a store of several)."""
+    ``n_tables``: in a store of several, the home keeps each row's table, and the caches sum the tables' rows."""
+    owners = n_tables > 1
     o = config.options
     chunk_rows = o.chunk_rows if o.placement == "ssd" else 1  # only the SSD tier moves chunks
     spec = TierSpec(fmt.width, str(fmt.dtype), o.slab_rows, chunk_rows)
 
     def cache(tier_type, rows, below, what):
         tier = tier_type(dataclasses.replace(spec, slab_rows=min(o.slab_rows, rows), chunk_rows=1))
-        return CacheLevel(tier, rows, o.policy, below, what)
+        return CacheLevel(tier, rows, o.policy, below, what, n_tables)
 
     if o.placement == "device":  # the home is the top level: its pins, if unbounded, only where keys may go
         return [HomeLevel(DeviceTier(spec), new_rows, life, o.max_rows, o.policy, pins=config.evict is not None,
@@ -81,7 +82,7 @@ class EmbeddingTable:
         self.format = RowFormat(config.rule, config.dim, config.dtype, config.rounding,  # float16: row_format.py
                                 config.initializer.seed)
         self.life = KeyLife(config.name, config.ticks, config.admit_after or 1, config.evict_every)
-        self.levels = _levels(config, self.format, self._new_rows, self.life, owners=n_tables > 1)
+        self.levels = _levels(config, self.format, self._new_rows, self.life, n_tables)
         self.top, self.home = self.levels[0], self.levels[-1]
         self.in_flight = InFlight(config.name, self.top)
         self._lock = OrderedLock()  # held while a level's rows or bookkeeping change; orders their device work

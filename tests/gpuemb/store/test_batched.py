@@ -193,3 +193,37 @@ def test_the_store_closes_with_the_last_of_its_tables(rng):
     c.tables[1].close()
     c.tables[2].close()
     assert c.stores[0].top.tier.capacity == 0  # its tiers are closed now
+
+
+def test_a_group_whose_rows_cannot_fit_says_what_each_table_needs(rng, xp):
+    """A store of 3 host tables of ``cache_rows=4`` has one cache of 12 rows: 30 new keys in a batch do not fit,
+    and the one line names each table's setting, not the sum, with the per-table figure that fits."""
+    def collection(cache_rows):
+        return EmbeddingCollection(configs(3, options=StoreOptions("host", cache_rows=cache_rows)))
+    sparse = np.arange(30).reshape(10, 3) * 7 + rng.integers(0, 7)
+    small = collection(4)
+    assert len(small.stores) == 1
+    with pytest.raises(Exception, match=r"^DeviceTier: 30 new rows do not fit in cache_rows=12, the sum of 3 batched "
+                                        r"tables' cache_rows \(4 each\): .*; raise each table's cache_rows to at least "
+                                        r"10, or make batches with fewer unique keys$") as e:
+        small(backend.to_device(sparse))
+    assert type(e.value).__name__ == "StoreFullError" and "\n" not in str(e.value)
+    made = [collection(10), EmbeddingCollection(configs(3, options=StoreOptions("host", cache_rows=10)),
+                                                batched=False)]
+    batches = [sparse, rng.integers(0, 40, (10, 3))]
+    for x, y in zip(*(train(c, batches) for c in made)):  # the advised figure fits, and trains as tables alone
+        np.testing.assert_array_equal(x, y)
+    assert_same_tables(*made)
+
+
+def test_tables_of_mixed_dtypes_are_separate_stores_and_train_as_alone(rng, xp):
+    """float16 rows and float32 rows are two row formats: the float16 table keeps a store of its own, the float32
+    ones share one, and each trains bit for bit as a table of its own."""
+    mixed = [dataclasses.replace(c, dtype="float16") if i == 1 else c for i, c in enumerate(configs(3))]
+    made = [EmbeddingCollection(mixed, batched=b) for b in (True, False)]
+    assert len(made[0].stores) == 2 and [type(t) is BatchedTable for t in made[0].tables] == [True, False, True]
+    assert made[0].tables[1].format.dtype == np.float16
+    batches = [rng.integers(0, 30, (B, 3)) for _ in range(3)]
+    for x, y in zip(*(train(c, batches) for c in made)):
+        np.testing.assert_array_equal(x, y)
+    assert_same_tables(*made)
