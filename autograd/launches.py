@@ -34,7 +34,7 @@ from .transfers import Counts
 FIELDS = ("numba", "cupy", "cublaslt", "readbacks")
 PHASES = ("upload", "lookup", "interaction", "mlp_forward", "loss", "loss_backward", "mlp_backward",
           "interaction_backward", "embedding_backward", "communication", "dense_optimizer", "prefetch", "other")
-"""A training step's phases, in the order it runs them (gpuemb/train/loop.py and the models mark them):
+"""A training step's phases, in the order it runs them (gpuemb/train/steps.py and the models mark them):
 ``upload``, what the step moves or converts of its batch (the labels, the dense features); ``lookup``, the
 embeddings' lookups; ``interaction``, a model's head outside its MLPs (the feature interaction and the glue
 around it); ``mlp_forward``; ``loss``, the loss and the step's check of it; then the backward of each, where

@@ -96,7 +96,8 @@ def step_counts(case, args):
     try:
         # each prefetch in the step, where the worker would start it: the same prefetches, counted the same way
         # however a worker's thread and the step's would have interleaved
-        with Pipeline(run.trainer, run.batches, worker_thread=False) as pipeline:
+        ahead = run.strategy.build_ahead(run.model, worker_thread=False)
+        with Pipeline(run.trainer, run.batches, ahead) as pipeline:
             for _ in range(args.warmup):
                 pipeline.step()
             counted = []

@@ -53,12 +53,11 @@ CASES = {
 
 def run_case(case, batch, steps, profile=0):
     from gpuemb.autograd import backend, launches
-    from gpuemb.train.loop import Pipeline
 
     start = time.perf_counter()
     run = open_run(case, batch, steps + 1)
     try:
-        with Pipeline(run.trainer, run.batches) as pipeline:
+        with run.pipeline as pipeline:
             loss = pipeline.step()
             backend.synchronize()
             first = time.perf_counter() - start

@@ -42,6 +42,16 @@ from .slices import Slices
 TAGS = ("a2a_keys", "a2a_fwd", "a2a_bwd", "column_sums", "dp_allgather", "allreduce")
 
 
+def keeps_tables_whole(config, world_size):
+    """Whether a run of ``config`` on ``world_size`` ranks keeps its tables whole, unsharded (``Cluster.shard``)."""
+    return world_size == 1 and not config.run.deterministic and config.distributed.plan is None
+
+
+def overlaps(config, world_size):
+    """Whether a run of ``config`` on ``world_size`` ranks runs its collectives on a thread of their own."""
+    return world_size > 1 and config.distributed.overlap_comm
+
+
 class Cluster:
     """This process's place in a job of W ranks (W = 1: a plain run), and the collectives a run makes beside the
     model's own."""
@@ -52,6 +62,7 @@ class Cluster:
         self.codecs = CommCodecs(d.comm_codec, d.comm_codec_backward or d.comm_codec)
         self.sharding, self.plan_file, self.plan, self._dense = d.sharding, d.plan, None, None
         self.precision = config.optimization.precision
+        self.tables_whole = keeps_tables_whole(config, self.world_size)
         self.deterministic, self.slices = config.run.deterministic, None  # N micro-slices; Slices once sharded
         if self.deterministic and self.precision == "fp16":
             raise ConfigError("--deterministic: --precision fp16 scales the loss and skips steps by what overflowed; "
@@ -64,7 +75,7 @@ class Cluster:
     def of(cls, comm, config):
         """A Cluster on ``comm`` (``gpuemb.comm.init()``); no communicator is a world of one. ``--overlap-comm``
         runs a world of several's collectives on a thread of their own (``comm/overlap.py``)."""
-        if comm is not None and comm.world_size > 1 and config.distributed.overlap_comm:
+        if comm is not None and overlaps(config, comm.world_size):
             comm = OverlappedCommunicator(comm)
         return cls(comm or LocalCommunicator(), config)
 
@@ -110,7 +121,7 @@ class Cluster:
     def shard(self, model, batch_size):
         """Shard ``model``'s tables over the ranks, as ``--plan`` or else ``--sharding`` says, and broadcast its dense
         parameters; a world of one keeps the model as it is, unless ``--deterministic`` or ``--plan``."""
-        if self.world_size == 1 and not self.deterministic and self.plan_file is None:
+        if self.tables_whole:
             return model
         source = f"--plan {self.plan_file}" if self.plan_file else f"--sharding {self.sharding}"
         plan = self._read_plan(model)

@@ -1,8 +1,10 @@
-"""The training step and the stream of batches it eats, with everything a resume needs of both.
+"""The trainer and the stream of batches it eats, with everything a resume needs of both.
 
 A step is: forward, ``bce_with_logits`` against the labels (``[B]``, or ``[B, T]`` for T tasks), a check that
 the loss is finite, backward (which updates the touched embedding rows in place, with the table's rule), then
-the dense optimizer's step. The loss is checked *before* the backward, so a NaN never reaches the weights.
+the dense optimizer's step. The loss is checked *before* the backward, so a NaN never reaches the weights. How a
+run's step does it (plain, fp16's loss-scaled, ``--deterministic``'s sliced: ``steps.py``) and how it prepares the
+next batch (``ahead.py``) are chosen once, when the run is built (``strategy.py``).
 
 All randomness of a run is counter-based, so its state is a handful of counters saved with the rest: dropout
 masks come from (seed, the MLP's step), which is module extra state; the shuffle from (seed, epoch, window) and
@@ -15,14 +17,11 @@ else), beside the model's (``lookup``, ``interaction``, ``mlp_forward``) and the
 Function's forward phase. The same marks time the phases, with ``--phase-times`` (``phases.py``).
 """
 import math
-from concurrent.futures import Future, ThreadPoolExecutor
 
-from gpuemb.autograd import backend, bce_with_logits, launches
+from gpuemb.autograd import backend, launches
 from gpuemb.autograd.backend import get_array_module
-from gpuemb.store.collection import EmbeddingCollection
 
 from .errors import ConfigError, DivergedError, TrainError
-from .optimizer import scaled_step
 from .phases import NO_TIMER
 
 
@@ -31,11 +30,13 @@ class Trainer:
 
     ``tables``: ``{name: EmbeddingTable}``. Their lr follows the optimizer's schedule: at each step it is
     ``embedding_lr × lr / base_lr``, with ``lr`` the schedule's dense lr at that step and ``base_lr`` its peak.
+    ``kind``: what a step does (``steps.py``: the plain step, fp16's loss-scaled one or ``--deterministic``'s
+    sliced one), chosen once when the run is built (``strategy.py``).
     ``timer``: a ``phases.PhaseTimer`` that times each step's phases (``--phase-times``); by default none.
     """
 
-    def __init__(self, model, optimizer, tables, base_lr, embedding_lr, cluster, scaler=None, timer=NO_TIMER):
-        self.model, self.optimizer, self.tables, self.scaler = model, optimizer, tables, scaler  # scaler: fp16
+    def __init__(self, model, optimizer, tables, base_lr, embedding_lr, cluster, kind, timer=NO_TIMER):
+        self.model, self.optimizer, self.tables, self.kind = model, optimizer, tables, kind
         self.timer = timer
         self.cluster = cluster  # a cluster.Cluster: batches are this rank's parts, W = 1 in a plain run
         self.base_lr, self.embedding_lr = base_lr, embedding_lr
@@ -60,65 +61,14 @@ class Trainer:
                 table.lr = embedding_lr
             self.cluster.begin_step()
             self.model.train()
-            if self.cluster.slices is None:
-                value = self._whole_step(batch, after_forward, after_gradients)
-            else:
-                value = self._sliced_step(batch, after_forward, after_gradients)
+            value = self.kind(self, batch, after_forward, after_gradients)
             self.cluster.settle()  # rows whose gradients travelled during the dense step (overlapped) update now
         self.step += 1
         self.samples += batch.rows * self.cluster.world_size
         self.cluster.end_step()
         return value
 
-    def _whole_step(self, batch, after_forward, after_gradients):
-        logits = self.model(batch.dense, batch.sparse)
-        _after(after_forward)
-        xp = get_array_module(logits.data)
-        labels = self._labels(logits, batch.label)
-        with launches.phase("loss"):
-            loss = bce_with_logits(logits, labels)
-            # The step's one read from the device: the loss, and whether the last step left the dense parameters
-            # finite (checked here rather than after that step's update, so a step waits for the device only once).
-            local, finite = backend.to_host(xp.stack([loss.data.astype(xp.float32),
-                                                      finite_flag(self.model, xp, self.optimizer)]))
-            value = self.cluster.mean(float(local))  # the global batch's: every rank agrees whether it is finite
-            self._check(value, finite)
-        self.optimizer.zero_grad()
-        if self.scaler is None:
-            loss.backward(on_ready=self.cluster.grad_ready)  # an overlapped allreduce starts its buckets in it
-            _after(after_gradients)
-            with launches.phase("communication"):
-                self.cluster.allreduce()
-            with launches.phase("dense_optimizer"):
-                self.optimizer.step()
-        else:  # --precision fp16: the step is skipped, rows and all, where a gradient overflowed
-            _after(after_gradients)  # before it: its backward, allreduce and check block in one call
-            scaled_step(loss, self.optimizer, self.tables, self.scaler, self.cluster)
-        return value
-
-    def _sliced_step(self, batch, after_forward, after_gradients):
-        """``--deterministic``: the lookups once, the head slice by slice, the lookups' backward once on the slices'
-        gradients, the dense gradients added in slice order (``slices.py``)."""
-        slices = self.cluster.slices
-        embedded = self.model.embed(batch.sparse)
-        _after(after_forward)
-        self.optimizer.zero_grad()
-        sums, gys = slices.backward(self.model, batch, embedded, self._labels)
-        xp = get_array_module(sums)
-        # nothing is updated yet: the dense gradients wait in the slices, the rows for their lookups' backward
-        with launches.phase("loss"):
-            value = slices.loss(sums)
-            self._check(value, backend.to_host(finite_flag(self.model, xp, self.optimizer)))
-        for e, gy in zip(embedded, gys):
-            e.backward(gy)
-        with launches.phase("communication"):
-            self.cluster.allreduce()
-        _after(after_gradients)
-        with launches.phase("dense_optimizer"):
-            self.optimizer.step()
-        return value
-
-    def _labels(self, logits, labels):
+    def labels(self, logits, labels):
         """``labels`` as the loss takes them, or a TrainError where they cannot match the logits."""
         if tuple(labels.shape) != logits.shape:
             raise TrainError(f"step {self.step + 1}: the model gives logits of shape {logits.shape} and the "
@@ -127,7 +77,7 @@ class Trainer:
         with launches.phase("upload"):
             return get_array_module(logits.data).asarray(labels, logits.dtype)
 
-    def _check(self, value, finite):
+    def check(self, value, finite):
         """DivergedError unless the step's loss ``value`` and the dense parameters (``finite``) are finite."""
         lr, embedding_lr = self.lrs
         if not math.isfinite(value):
@@ -138,25 +88,18 @@ class Trainer:
                                 f"inf (lr {lr:g}, embedding lr {embedding_lr:g})")
 
     def state_dict(self):
-        """The dense model, its extra state (the dropout counters), the optimizer and the counters."""
+        """The dense model, its extra state (the dropout counters), the optimizer, the counters, and the step
+        kind's own (fp16's scaler)."""
         return {"model": self.model.state_dict(), "module_state": self.model.extra_states(),
                 "optimizer": self.optimizer.state_dict(), "step": self.step, "samples": self.samples,
-                **({"scaler": self.scaler.state_dict()} if self.scaler else {})}
+                **self.kind.state_dict()}
 
     def load_state_dict(self, state):
         self.model.load_state_dict(state["model"])
         self.model.load_extra_states(state["module_state"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.samples = int(state["step"]), int(state["samples"])
-        if self.scaler is not None:
-            self.scaler.load_state_dict(state["scaler"])
-
-
-def _after(hook):
-    """Call a step's hook, if any: the pipeline's start of the next batch's prefetch, or of its key exchange."""
-    if hook is not None:
-        with launches.phase("prefetch"):
-            hook()
+        self.kind.load_state_dict(state)
 
 
 def _finite(model, xp):
@@ -221,64 +164,26 @@ class Batches:
         self.loader.load_state_dict(state)
 
 
-class Inline:
-    """An executor that runs each job as it is submitted, on the caller's thread; its future holds the result or the
-    error, raised where the caller waits, as a worker's would."""
-
-    def submit(self, fn, *args):
-        done = Future()
-        try:
-            done.set_result(fn(*args))
-        except Exception as e:  # noqa: BLE001  handed to the caller at result(), as ThreadPoolExecutor does
-            done.set_exception(e)
-        return done
-
-    def shutdown(self):
-        pass
-
-
 class Pipeline:
-    """Steps a Trainer on Batches; with ``overlap``, the next batch is prepared while this one computes.
+    """Steps a Trainer on Batches; with ``ahead`` (``ahead.py``, chosen when the run is built), the next batch is
+    prepared while this one computes.
 
     Three things overlap: the loader's thread assembles batches ahead; batch i+1 is taken from it as step i
-    starts; once step i's backward has started its collectives, sharded collections on an overlapped communicator
-    start i+1's key exchange (``--overlap-comm``, distributed/keys_ahead.py); and once step i's lookups are done, a
-    worker thread sorts i+1's keys and
-    ``prefetch``es its rows into
-    each table's device rows (on a GPU on a side stream, waited for before step i+1 starts), while step i's MLPs
-    run. Step i+1's lookups then find their unique keys and pinned slots ready. The results are the same bit for
-    bit with or without the overlap: a prefetch only moves rows and pins them, and a row is read at its lookup,
-    after step i's update. A prefetch that might not fit beside step i's pinned rows is skipped (the lookup then
-    does the work), and none is made across an evaluation or a checkpoint (``step(ahead=False)``), which must see
-    the tables as the step left them.
+    starts; and ``ahead`` starts batch i+1's preparation at its point of step i: with the tables whole, its rows'
+    prefetch once step i's lookups are done, while step i's MLPs run; with sharded collections on an overlapped
+    communicator, its key exchange once step i's backward has started its collectives. Step i+1's lookups then
+    find their unique keys and pinned slots, or their keys routed, ready. The results are the same bit for bit
+    with or without the overlap: a prefetch only moves rows and pins them, and a row is read at its lookup, after
+    step i's update; the keys go the same way in the same order. A prefetch that might not fit beside step i's
+    pinned rows is skipped (the lookup then does the work), and nothing is prepared across an evaluation or a
+    checkpoint (``step(ahead=False)``), which must see the tables as the step left them.
 
     ``state_dict()`` is the loader's position after the last batch *trained*, not the one taken ahead.
-
-    On the CPU backend the prefetch runs in the step, where the worker would have started it (``Inline``): the
-    step's BLAS and numba kernels already keep every core busy, so a worker thread only took cores from them and
-    made each step 1 to 7 ms slower on 2 cores, for every store (docs/perf/README.md, "The prefetch on the CPU").
-    It makes the same prefetches at the same point of the step, so the results and counts are the worker's.
-    ``worker_thread``: whether a worker thread prefetches (by default on a device, not on the CPU); without one a
-    device's counts do not depend on how two threads interleave (tools/count_step.py).
     """
 
-    def __init__(self, trainer, batches, overlap=True, worker_thread=None):
-        self.trainer, self.batches, self.overlap = trainer, batches, overlap
-        self.collections = [m for m in trainer.model.modules() if isinstance(m, EmbeddingCollection)]
-        # sharded collections on an overlapped communicator start the next batch's key exchange in the step
-        self.routed = [m for m in trainer.model.modules() if hasattr(getattr(m, "comm", None), "start")] \
-            if overlap else []
-        self._it = self._ahead = self._job = self._state = None  # _state: after the last batch trained
-        self._worker = None
-        if overlap and self.collections:
-            if backend.DEVICE != "cpu" if worker_thread is None else worker_thread:
-                # the worker's thread counts everything it launches as the prefetch's (gpuemb.autograd.launches)
-                self._worker = ThreadPoolExecutor(1, "gpuemb-prefetch",
-                                                  initializer=launches.phase("prefetch").__enter__)
-            else:
-                self._worker = Inline()
-        self._device, self._stream = backend.current_device(), backend.new_stream()  # the rank's GPU, for the worker
-        self.prefetched = self.skipped = 0  # table prefetches made, and skipped for want of room
+    def __init__(self, trainer, batches, ahead):
+        self.trainer, self.batches, self.ahead = trainer, batches, ahead
+        self._it = self._ahead = self._state = None  # _ahead: (batch, position) taken ahead; _state: after the last
 
     def __enter__(self):
         self._it = self.batches.__enter__()
@@ -288,13 +193,22 @@ class Pipeline:
         try:
             self._wait()
         finally:
-            if self._worker is not None:
-                self._worker.shutdown()
+            self.ahead.close()
             self.batches.__exit__(*exc)
 
     @property
     def epoch(self):
         return self.state_dict()["epoch"]
+
+    @property
+    def prefetched(self):
+        """Table prefetches made (none unless the tables are whole)."""
+        return self.ahead.prefetched
+
+    @property
+    def skipped(self):
+        """Table prefetches skipped for want of room."""
+        return self.ahead.skipped
 
     def state_dict(self):
         return dict(self._state) if self._state is not None else self.batches.state_dict()
@@ -303,12 +217,8 @@ class Pipeline:
         """One training step; returns its loss. ``ahead``: prepare the next batch during it."""
         self._wait()
         batch, state = self._take()
-        hook = route = None
-        if ahead and (self._worker is not None or self.routed):
-            self._ahead = (next(self._it), self.batches.state_dict())
-            hook = self._submitter(self._ahead[0].sparse) if self._worker is not None else None
-            route = self._router(self._ahead[0].sparse) if self.routed else None
-        loss = self.trainer.train_step(batch, after_forward=hook, after_gradients=route)
+        after_forward, after_gradients = self.ahead.start(self._take_ahead) if ahead else (None, None)
+        loss = self.trainer.train_step(batch, after_forward=after_forward, after_gradients=after_gradients)
         self._state = state
         return loss
 
@@ -318,44 +228,11 @@ class Pipeline:
             return taken
         return next(self._it), self.batches.state_dict()
 
-    def _router(self, sparse):
-        def route():
-            # on every rank at this point of the step, so the collectives keep one order; once the backward has
-            # started the dense buckets and the gradients' all-to-all, which the step waits for before these keys:
-            # started after the loss, the keys took the one communication thread for most of the backward, and
-            # everything the backward started queued behind them (a rank's timeline, W=2 on 2 busy cores). They
-            # travel during the dense step, the row updates and the next batch's start instead
-            for collection in self.routed:
-                collection.route_ahead(sparse)
-        return route
-
-    def _submitter(self, sparse):
-        def submit():
-            # The room is read here, after step i's lookups and before its update: with step i's rows still
-            # pinned, so the decision is the same however late the worker runs (the update unpins them).
-            rooms = {id(t): t.room() for c in self.collections for t in c.stores}
-            self._job = self._worker.submit(self._prefetch, sparse, rooms, backend.record_event())
-        return submit
-
-    def _prefetch(self, sparse, rooms, queued):
-        # The worker thread starts on GPU 0: it takes this rank's. Its side stream waits, on the device, for what the
-        # main stream had queued when the prefetch was submitted: step i's lookups, the next batch's upload, and the
-        # reads of the arrays an earlier prefetch made (whose memory CuPy may give this stream again). What it then
-        # does to a table's rows is ordered against the step's updates by the table's lock (store/ordered.py). It
-        # returns an event after all its work, which the main stream waits for (``_wait``): the next forward reads
-        # the keys it mixed (``collection.table_keys``) even where a table's prefetch stopped before its lock
-        # (no room, or admission). No wait on the host, either way.
-        with self._device, self._stream:
-            backend.wait_event(queued)
-            for collection in self.collections:
-                for store, keys, tags in collection.table_keys(sparse):
-                    done = store.prefetch(keys, room=rooms[id(store)], tags=tags, copy=False)
-                    self.prefetched, self.skipped = self.prefetched + done, self.skipped + (not done)
-            return backend.record_event()
+    def _take_ahead(self):
+        """Take the next batch now; returns its sparse features, for the preparation."""
+        self._ahead = (next(self._it), self.batches.state_dict())
+        return self._ahead[0].sparse
 
     def _wait(self):
-        """Wait for the prefetch in flight, raising its error here; the main stream's later work waits, on the
-        device, for everything it queued."""
-        job, self._job = self._job, None
-        if job is not None:
-            backend.wait_event(job.result())
+        """Wait for the preparation in flight, raising its error here."""
+        self.ahead.wait()

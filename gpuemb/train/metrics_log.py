@@ -5,12 +5,12 @@ Every record has ``kind`` and ``step`` (steps trained when it was written):
 - ``train``: ``loss`` (the mean over the steps since the last train record), ``lr``, ``embedding_lr``,
   ``epoch`` (0-based, of the last batch), ``samples``, ``samples_per_s``, what a step paid the device for,
   ``transfers``, ``transfers_ahead`` and ``launches`` (``StepWindow.take``), the embedding store over the
-  window, ``tables`` and ``hit_rate`` (``Run.table_record``, ``table_stats.py``), and with ``--phase-times``
+  window, ``tables`` and ``hit_rate`` (``Loop.table_record``, ``table_stats.py``), and with ``--phase-times``
   ``phases``, seconds per step by phase (``phases.py``);
 - ``eval``: ``auc``, ``log_loss``, ``accuracy`` over ``rows`` eval rows (per task too, for several tasks),
   ``teacher_auc`` where the data has a planted teacher, and ``eval_s``;
 - ``checkpoint``: ``path``;
-- ``warning``: ``message``, once, after the first eval that shows the model collapsed (``Run.collapse_warning``).
+- ``warning``: ``message``, once, after the first eval that shows the model collapsed (``Loop.collapse_warning``).
 
 ``TIMING`` names the fields that measure time, and ``CACHES`` those that follow what the caches hold, which a
 resume starts empty (its rows are restored to their home); the others are the same, bit for bit, in a run and in

@@ -4,12 +4,13 @@ The schedule is made for the run's total step count: ``warmup_poly`` decays to t
 ends there unless ``--decay-steps`` says otherwise. The embedding rows follow the same schedule: their lr is
 ``--embedding-lr`` times the schedule's factor at that step (see :class:`~gpuemb.train.loop.Trainer`).
 
-``--precision fp16`` adds a dynamic loss scaler, and ``scaled_step`` then takes the place of backward and step.
+``--precision fp16`` adds a dynamic loss scaler, and ``scaled_step`` then takes the place of backward and step
+(``steps.ScaledStep``, chosen when the run is built: ``strategy.py``).
 """
 import numpy as np
 
 from gpuemb.autograd import launches
-from gpuemb.optim import OPTIMIZERS, SCHEDULES, LossScaler
+from gpuemb.optim import OPTIMIZERS, SCHEDULES
 
 from .errors import ConfigError
 
@@ -26,12 +27,6 @@ def build_schedule(config, total_steps):
 def build_optimizer(config, model, total_steps):
     """``--optimizer`` over the model's dense parameters, its lr following ``build_schedule``."""
     return OPTIMIZERS[config.optimization.optimizer](model.named_parameters(), lr=build_schedule(config, total_steps))
-
-
-def build_scaler(config):
-    """The loss scaler of ``--precision``: dynamic for fp16, whose gradients underflow without it; None for fp32
-    and bf16, which has float32's exponent range."""
-    return LossScaler() if config.optimization.precision == "fp16" else None
 
 
 def scaled_step(loss, optimizer, tables, scaler, cluster):

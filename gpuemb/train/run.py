@@ -2,14 +2,13 @@
 
 ``train(config)`` runs it to the end and returns a summary; a :class:`Reporter` hears each step and record on
 the way (``tools/train.py`` draws its progress bar with one). :class:`Run` holds the parts, so a test can
-step one, save it, and resume another.
+step one, save it, and resume another; its ``loop`` (``training_loop.py``) steps it and owns the loop's state.
+What a step does and how it prepares the next batch are chosen once, from the flags (``strategy.py``).
 """
 import math
 import os
 import tempfile
 import time
-
-import numpy as np
 
 from gpuemb.autograd import backend
 from gpuemb.io.loader import Loader, LoaderConfig
@@ -26,16 +25,15 @@ from .footprint import memory
 from .loop import Batches, Pipeline, Trainer, non_finite
 from .metrics_log import MetricsLog
 from .model import build_model, embedding_tables
-from .optimizer import build_optimizer, build_scaler
+from .optimizer import build_optimizer
 from .phases import NO_TIMER, PhaseTimer
 from .schedule import Schedule
-from .step_window import StepWindow
-from .table_stats import TableWindow, hit_rate
+from .strategy import choose
+from .training_loop import Loop
 
 BATCH_SIZE = 4096  # the default; small data gets at most a tenth of its training rows
 SYNTHETIC_ROWS = 1 << 22  # synthetic training rows unless --train-rows says; not from --steps, so a resume fits
 MIN_STEPS = 100  # the default run on small files: one epoch, but at least this many steps
-COLLAPSED_AUC, COLLAPSED_LOG_LOSS = 0.55, 2 * math.log(2)  # an eval below the one and above the other: collapsed
 
 
 class Reporter:
@@ -68,6 +66,7 @@ class Run:
         config = recipes.apply(config, uses_synthetic(config) if data is None else data.synthetic)
         check_precision(config.optimization.precision, backend.DEVICE)  # before building anything
         self.config, self.checkpoint, self.cluster = config, None, Cluster.of(comm, config)
+        self.strategy = choose(config, self.cluster.world_size)  # the step's kind and how it prepares the next
         self._lock = self._claim_checkpoint_dir()
         c = config.checkpoints
         try:
@@ -147,20 +146,17 @@ class Run:
         self.tables = embedding_tables(self.model)
         self.optimizer = build_optimizer(config, self.model, self.total_steps)
         self.trainer = Trainer(self.model, self.optimizer, self.tables, config.optimization.lr,
-                               config.optimization.embedding_lr, self.cluster, build_scaler(config),
+                               config.optimization.embedding_lr, self.cluster, self.strategy.build_step(self.cluster),
                                PhaseTimer() if config.output.phase_times else NO_TIMER)
-        self.table_window = TableWindow(self.tables)
         self.deltas, d = None, config.checkpoints
         if d.delta_every:  # its graphs need onnx (the serve extra): imported only by a run that writes deltas
             from .deltas import DeltaWriter
             self.deltas = DeltaWriter(d.delta_dir, d.delta_every, self.model, self.tables, self.cluster)
-        self.pipeline = Pipeline(self.trainer, self.batches, config.run.pipeline)
+        self.pipeline = Pipeline(self.trainer, self.batches, self.strategy.build_ahead(self.model))
         self.eval_every = config.output.eval_every or max(1, self.total_steps // 4)
         c = config.checkpoints
-        self.schedule = Schedule(self.total_steps, config.output.log_every, self.eval_every,
-                                 bool(c.checkpoint_dir), c.checkpoint_every or 0, self.deltas)
-        self.window = StepWindow(self.batch_size)  # the steps since the last train record
-        self.warned_collapse = False  # collapse_warning tells once
+        self.loop = Loop(Schedule(self.total_steps, config.output.log_every, self.eval_every, bool(c.checkpoint_dir),
+                                  c.checkpoint_every or 0, self.deltas), self.batch_size, self.tables)
         self.last_checkpoint = None
 
     @property
@@ -172,17 +168,11 @@ class Run:
         bytes}, "tables_grow", "activations", "batch", "line"}``, ``line`` one line for the run's first ones."""
         return memory(self.model, self.tables, self.batch_size // self.cluster.world_size)
 
-    def may_prepare_next(self):
-        """Whether the next step may prepare the batch after it: not past the end, and not across an evaluation,
-        a delta or a checkpoint, which see the tables as a step leaves them (``schedule.py``)."""
-        return self.schedule.may_prepare_after(self.step)
-
     # -- state -----------------------------------------------------------------------------------------------------
     def state_dict(self):
-        """Everything but the tables' rows: the trainer's state, the loader's position, the loss window."""
+        """Everything but the tables' rows: the trainer's state, the loader's position, the loop's loss window."""
         return {"trainer": self.trainer.state_dict(), "loader": self.pipeline.state_dict(),
-                "loop": {"window": list(self.window.losses),
-                         **({"deltas": self.deltas.state_dict()} if self.deltas else {})}}
+                "loop": {**self.loop.state_dict(), **({"deltas": self.deltas.state_dict()} if self.deltas else {})}}
 
     def save_checkpoint(self):
         """Write a checkpoint of this step to ``--checkpoint-dir``; refuses weights or rows that are not finite."""
@@ -224,24 +214,11 @@ class Run:
         except (TypeError, KeyError, AttributeError, IndexError) as e:
             raise CheckpointError(f"{os.path.join(folder, ckpt.STATE)}: its loader position does not fit this run "
                                   f"({type(e).__name__}: {e}); resume from another checkpoint") from None
-        self.window.losses = list(state["loop"]["window"])
         if self.deltas:
             self.deltas.load_state_dict(state["loop"].get("deltas"))
         self.last_checkpoint = folder
-        self.table_window.restart()  # what restoring the rows counted is not a step's
+        self.loop.load_state_dict(state["loop"])
         return folder
-
-    def collapse_warning(self, record):
-        """A warning, the first time an eval shows the model collapsed: it ranks no better than chance and its
-        log-loss is worse than predicting 0.5 for every row twice over, so its predictions are saturated (what a
-        learning rate far too high does: the loss stays finite, so no divergence check fires). None otherwise."""
-        auc, log_loss = record.get("auc"), record.get("log_loss")
-        if self.warned_collapse or auc is None or log_loss is None or not (auc < COLLAPSED_AUC and
-                                                                           log_loss > COLLAPSED_LOG_LOSS):
-            return None
-        self.warned_collapse = True
-        return (f"the model collapsed by step {record['step']}: eval AUC {auc:.4f} is chance and log-loss "
-                f"{log_loss:.4f} is over twice that of predicting 0.5 everywhere ({math.log(2):.4f}); {self.advice()}")
 
     def advice(self):
         """What to try after a divergence, and where the last good checkpoint is."""
@@ -254,31 +231,6 @@ class Run:
                 f"(--schedule warmup_poly --warmup-steps 200); {where}")
 
     # -- records ---------------------------------------------------------------------------------------------------
-    def train_record(self, lrs):
-        """The mean loss of the steps since the last train record (then forgotten), their samples/s and what a step
-        paid the device for (``step_window.py``), the lrs of the last step, the tables' levels over those steps,
-        with ``--phase-times`` their time per phase and, over a modelled link, the steps' compute and communication
-        time (``gpuemb/comm/modelled.py``)."""
-        loss, samples_per_s, counts = self.window.take()
-        sent = {"comm_bytes_per_step": self.cluster.bytes_per_step()} if self.cluster.world_size > 1 else {}
-        phases = self.trainer.timer.per_step()
-        summary = getattr(self.cluster.comm, "step_summary", None)  # a modelled link's, overlapped or not
-        link = {"link": summary()} if summary is not None else {}
-        return {"kind": "train", "step": self.step, "epoch": self.pipeline.epoch, "samples": self.trainer.samples,
-                "loss": loss, "lr": lrs[0], "embedding_lr": lrs[1], "samples_per_s": samples_per_s,
-                **counts, **sent, **self.table_record(),
-                **({"phases": phases} if phases is not None else {}), **link}
-
-    def table_record(self):
-        """``{"tables": this rank's stores (table_stats.py), "hit_rate": the device caches' over the window}``.
-        On several ranks each record holds its rank's own stores (rank 0's is written), and the hit rate is the
-        job's: one allreduce of the caches' hits and misses, which every rank makes."""
-        tables, (hits, misses, cached) = self.table_window.record()
-        if self.cluster.world_size > 1:
-            total = self.cluster.comm.allreduce(np.array([hits, misses, cached], np.int64), tag="stats")
-            hits, misses, cached = (int(n) for n in total)
-        return {"tables": tables, "hit_rate": hit_rate(hits, misses, cached)}
-
     def eval_record(self):
         # Eval batches of the training size: a cached table holds the unique keys of one batch, not more.
         try:
@@ -318,41 +270,13 @@ def train(config, reporter=None, comm=None):
             run.deltas.begin(run.step)
         log = MetricsLog(config.output.metrics_out if lead else None, run.step if config.checkpoints.resume else None)
 
-        run.warned_collapse = any(r["kind"] == "warning" for r in log.records)  # a resume does not say it again
-
         def write(record):
             log.write(record)
             reporter.record(record)
 
         reporter.start(run)
         first, start = run.step, time.perf_counter()
-        with run.pipeline as pipeline:
-            while run.step < run.total_steps:
-                lrs = run.trainer.lrs
-                with run.window.measure():
-                    try:
-                        loss = pipeline.step(ahead=run.may_prepare_next())
-                    except DivergedError as e:
-                        raise DivergedError(f"{e}; {run.advice()}") from None
-                run.window.add(loss)
-                reporter.step(run, loss)
-                step, when = run.step, run.schedule
-                last, checkpoint = when.last(step), when.checkpoints(step)
-                if when.logs(step):
-                    write(run.train_record(lrs))
-                if when.evaluates(step):
-                    write(run.eval_record())
-                    warning = run.collapse_warning(log.records[-1])
-                    if warning:
-                        write({"kind": "warning", "step": step, "message": warning})
-                if when.writes_delta(step):  # before the checkpoint, which keeps the chain's state
-                    run.deltas.write(step, checkpoint=checkpoint)
-                if checkpoint:
-                    write({"kind": "checkpoint", "step": step, "path": run.save_checkpoint()})
-                if checkpoint or when.evaluates(step):  # their lookups are not the training's
-                    run.table_window.restart()
-                if last and run.window:  # after the checkpoint, which keeps the window for the next record
-                    write(run.train_record(lrs))
+        run.loop.run(run, write, reporter, log.records)
         seconds = time.perf_counter() - start
         evals = [r for r in log.records if r["kind"] == "eval"]
         again = not evals or evals[-1]["step"] != run.step  # resumed at the last step: evaluate what was loaded

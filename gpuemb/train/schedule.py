@@ -1,5 +1,5 @@
-"""When a run does what: the one set of rules that the training loop (``run.train``) and the pipeline's look-ahead
-(``Run.may_prepare_next``) both follow, so that they cannot disagree about a step.
+"""When a run does what: the one set of rules that the training loop (``training_loop.Loop``) follows both for what
+comes after a step and for the pipeline's look-ahead (``Loop.may_prepare_after``), so they cannot disagree.
 
 After step ``s`` (counted from 1) the loop writes a train record (every ``log_every`` steps, and after the last),
 evaluates (every ``eval_every``), writes a delta (when it is due, at a checkpoint and after the last step) and

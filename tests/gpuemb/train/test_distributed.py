@@ -15,6 +15,7 @@ from gpuemb.train import ConfigError, Run, TrainConfig
 from gpuemb.train.config import FIELDS, resume_differences
 from gpuemb.train.cluster import Cluster
 from gpuemb.train.loop import Batches
+from gpuemb.train.steps import ScaledStep
 from gpuemb.train.fields import choices_of
 
 
@@ -87,7 +88,6 @@ def table_rows(run):
 class OtherRankOverflowed:
     """A stand-in for a Cluster of one whose other (imagined) rank found inf in its row gradients."""
     world_size = 1
-    slices = None  # a step of the whole batch, not --deterministic's slices
 
     def __init__(self):
         self.allreduced = 0
@@ -118,14 +118,15 @@ def test_a_loss_scaled_step_is_skipped_when_another_rank_overflowed():
         with run.batches as batches:
             run.trainer.train_step(next(batches))  # the step that inserts the rows the next one would update
             batch = next(batches)
-        run.trainer.scaler, run.trainer.cluster = LossScaler(init_scale=2.0 ** 8), OtherRankOverflowed()
+        scaler = LossScaler(init_scale=2.0 ** 8)
+        run.trainer.kind, run.trainer.cluster = ScaledStep(scaler), OtherRankOverflowed()
         before = {k: v.copy() for k, v in run.model.state_dict().items()}
         rows = table_rows(run)
         run.trainer.train_step(batch)
         after, now = run.model.state_dict(), table_rows(run)
         assert all(np.array_equal(before[k], after[k]) for k in before)
         assert rows and all(np.array_equal(r, now[k]) for k, r in rows.items())
-        assert run.trainer.scaler.steps_skipped == 1 and run.trainer.scaler.loss_scale == 2.0 ** 7
+        assert scaler.steps_skipped == 1 and scaler.loss_scale == 2.0 ** 7
         assert run.trainer.cluster.allreduced == 1
     finally:
         run.close()

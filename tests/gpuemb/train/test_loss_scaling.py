@@ -4,7 +4,7 @@ import numpy as np
 
 from gpuemb.optim import LossScaler
 from gpuemb.train import Run, TrainConfig
-from gpuemb.train.optimizer import build_scaler
+from gpuemb.train.steps import ScaledStep, WholeStep
 
 
 def config(**changes):
@@ -19,7 +19,7 @@ def rows(run):
 
 def steps(scaler, n=3):
     run = Run(config())
-    run.trainer.scaler = scaler
+    run.trainer.kind = WholeStep() if scaler is None else ScaledStep(scaler)
     try:
         with run.batches as batches:
             losses = [run.trainer.train_step(next(batches)) for _ in range(n)]
@@ -38,7 +38,7 @@ def test_a_power_of_two_scale_trains_bit_for_bit_like_none():
 
 def test_an_overflow_skips_the_dense_step_and_the_row_updates():
     run = Run(config())
-    run.trainer.scaler = scaler = LossScaler(init_scale=1.0)
+    run.trainer.kind = ScaledStep(scaler := LossScaler(init_scale=1.0))
     try:
         with run.batches as batches:
             run.trainer.train_step(next(batches))
@@ -53,8 +53,3 @@ def test_an_overflow_skips_the_dense_step_and_the_row_updates():
             assert (scaler.steps_skipped, scaler.loss_scale, run.step) == (1, 2.0 ** 129, 2)
     finally:
         run.close()
-
-
-def test_only_fp16_gets_a_scaler():
-    assert isinstance(build_scaler(config(precision="fp16")), LossScaler)
-    assert build_scaler(config(precision="bf16")) is None and build_scaler(config()) is None
