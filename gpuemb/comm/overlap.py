@@ -35,8 +35,9 @@ class Pending:
         """The collective's result, once it is done; its exception if it failed."""
         waited = self._comm.clock.now() if hasattr(self._comm, "clock") else time.perf_counter()
         self._done.wait()
-        if self._spans:
-            self._comm.record_waited(self._spans, waited)
+        spans, self._spans = self._spans, ()  # recorded at the first wait: a later one waits for nothing
+        if spans:
+            self._comm.record_waited(spans, waited)
         if self._error is not None:
             raise self._error
         return self._result

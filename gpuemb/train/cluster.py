@@ -191,7 +191,23 @@ class Cluster:
 
     def mean(self, value):
         """The mean of a float over the ranks (the global batch's loss from the ranks' equal parts)."""
-        return float(self.comm.allreduce(np.array([value], np.float64), tag="loss")[0]) / self.world_size
+        return self.start_mean(value)()
+
+    @property
+    def overlapped(self):
+        """Whether the collectives run on a thread of their own (``--overlap-comm`` on several ranks), so that a
+        sharded lookup's row updates wait for ``settle()`` (distributed/row_updates.py)."""
+        return hasattr(self.comm, "start")
+
+    def start_mean(self, value):
+        """``mean(value)`` started: a function that waits for it and returns it. On an overlapped communicator it
+        travels while the caller computes; otherwise it is done before this returns."""
+        x, w = np.array([value], np.float64), self.world_size
+        if not self.overlapped:
+            total = float(self.comm.allreduce(x, tag="loss")[0]) / w
+            return lambda: total
+        pending = self.comm.start("allreduce", x, "sum", "loss")
+        return lambda: float(pending.wait()[0]) / w
 
     def everywhere(self, ok):
         """Whether ``ok`` holds on every rank."""

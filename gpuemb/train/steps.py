@@ -30,7 +30,15 @@ class Step:
 
 
 class WholeStep(Step):
-    """The step of a plain run, fp32, bf16 or tf32: the whole part at once, the rows updated in the backward."""
+    """The step of a plain run, fp32, bf16 or tf32: the whole part at once, the rows updated in the backward.
+
+    On an overlapped communicator the loss's mean over the ranks travels during the backward and is checked right
+    after it: the backward updates nothing there (the rows wait for ``settle()``, the dense parameters for the
+    optimizer), so a NaN still reaches no weight, and every rank raises at the same point, before the next
+    collective the check guards. Waited for before the backward, the mean was each step's first exposed wait:
+    the ranks' skew, on 2 shared cores, up to 10 ms of it (docs/perf/README.md, "What stays exposed at W=4")."""
+
+    checks_late = True  # may check the loss after the backward, where that updates nothing
 
     def __call__(self, trainer, batch, after_forward, after_gradients):
         logits = trainer.model(batch.dense, batch.sparse)
@@ -43,16 +51,25 @@ class WholeStep(Step):
             # finite (checked here rather than after that step's update, so a step waits for the device only once).
             local, finite = backend.to_host(xp.stack([loss.data.astype(xp.float32),
                                                       finite_flag(trainer.model, xp, trainer.optimizer)]))
-            value = trainer.cluster.mean(float(local))  # the global batch's: every rank agrees whether it is finite
-            trainer.check(value, finite)
-        trainer.optimizer.zero_grad()
-        self.update(trainer, loss, after_gradients)
-        return value
+            mean = trainer.cluster.start_mean(float(local))  # the global batch's: every rank agrees if it is finite
+            late = self.checks_late and trainer.cluster.overlapped
 
-    def update(self, trainer, loss, after_gradients):
-        """The backward, the dense gradients' allreduce and the dense step."""
+            def check():
+                trainer.check(mean(), finite)
+            if not late:
+                check()
+        trainer.optimizer.zero_grad()
+        self.update(trainer, loss, after_gradients, check if late else None)
+        return mean()
+
+    def update(self, trainer, loss, after_gradients, check=None):
+        """The backward, ``check()`` of the loss where it comes after it, the dense gradients' allreduce and the
+        dense step."""
         cluster = trainer.cluster
         loss.backward(on_ready=cluster.grad_ready)  # an overlapped allreduce starts its buckets in it
+        if check is not None:
+            with launches.phase("loss"):
+                check()
         _after(after_gradients)
         with launches.phase("communication"):
             cluster.allreduce()
@@ -64,10 +81,12 @@ class ScaledStep(WholeStep):
     """``--precision fp16``'s step: the loss scaled by ``scaler`` (a ``LossScaler``), the step skipped where a
     gradient overflowed. The scaler's state goes into the trainer's checkpoint state as ``"scaler"``."""
 
+    checks_late = False  # its backward is in scaled_step, with the overflow check: the loss is checked first
+
     def __init__(self, scaler):
         self.scaler = scaler
 
-    def update(self, trainer, loss, after_gradients):
+    def update(self, trainer, loss, after_gradients, check=None):
         _after(after_gradients)  # before it: its backward, allreduce and check block in one call
         scaled_step(loss, trainer.optimizer, trainer.tables, self.scaler, trainer.cluster)
 

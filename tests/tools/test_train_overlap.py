@@ -35,3 +35,15 @@ def test_the_overlapped_run_trains_the_blocking_runs_bits(n, extra, rng, tmp_pat
     for name, parts in rows.items():
         for mine, theirs in zip(parts, o_rows[name]):
             assert (theirs == mine).all(), name
+
+
+def test_a_diverging_overlapped_run_stops_every_rank_at_the_same_step(launch):
+    """With --overlap-comm the loss's mean travels during the backward and is checked after it (train/steps.py):
+    every rank still stops at the same step, in one line each, and none waits out the communication timeout."""
+    out = launch(2, *[a for a in TINY if a != "--deterministic"], "--steps", "6", "--eval-every", "6",
+                 "--embedding-lr", "1e38", "--overlap-comm")
+    assert out.returncode != 0
+    said = sorted(line.split("): ", 1) for line in out.stderr.splitlines() if line.startswith("train.py: error"))
+    assert [rank for rank, _ in said] == ["train.py: error (rank 0 of 2", "train.py: error (rank 1 of 2"], out.stderr
+    assert said[0][1] == said[1][1] and ("holds NaN or inf" in said[0][1] or "the loss became" in said[0][1])
+    assert "did not complete within" not in out.stderr, out.stderr
