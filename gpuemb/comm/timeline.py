@@ -10,7 +10,14 @@ hid it. Per step:
 - ``comm_s``: the collectives' times, ``done - issued``, added;
 - ``exposed_comm_s``: the time the step spent waiting, the union of the spans' ``[waited, done]``;
 - ``compute_s``: the rest of the step, its length less ``exposed_comm_s``;
-- ``modelled_s``: what the link model alone says the collectives take, added.
+- ``modelled_s``: what the link model alone says the collectives take, added;
+- ``exposed_link_s``: the part of ``exposed_comm_s`` that the link's own time explains, the union of each span's
+  ``[waited, done]`` with its ``[issued, issued + modelled_s]``.
+
+What is exposed beyond ``exposed_link_s`` is a wait for the other ranks (the slowest one arrives late) or for a
+real transport slower than the link, neither of which hiding the link's time can remove. Splitting the two needs
+no clock shared between ranks: a span's link window is its own rank's. ``exposed_link_s / modelled_s`` is the share
+of the link's time that the step did not hide.
 """
 import threading
 from dataclasses import dataclass
@@ -38,6 +45,11 @@ class Span:
     def exposed_s(self):
         return self.done - self.waited
 
+    @property
+    def link_window(self):
+        """``[issued, issued + modelled_s]`` within ``[waited, done]``: the waited-for time the link explains."""
+        return max(self.waited, self.issued), min(self.done, self.issued + self.modelled_s)
+
 
 @dataclass(frozen=True)
 class Step:
@@ -53,9 +65,17 @@ class Step:
 
     @property
     def exposed_comm_s(self):
-        covered, reach = 0.0, self.begin  # the union of [waited, done], clipped to the step
-        for s in sorted(self.spans, key=lambda s: s.waited):
-            start, stop = max(s.waited, reach), min(s.done, self.end)
+        return self._covered([(s.waited, s.done) for s in self.spans])
+
+    @property
+    def exposed_link_s(self):
+        return self._covered([s.link_window for s in self.spans])
+
+    def _covered(self, windows):
+        """The length of the union of ``windows`` (``(start, stop)`` pairs), clipped to the step."""
+        covered, reach = 0.0, self.begin
+        for start, stop in sorted(windows):
+            start, stop = max(start, reach), min(stop, self.end)
             if stop > start:
                 covered, reach = covered + stop - start, stop
         return covered
@@ -69,7 +89,7 @@ class Step:
         return sum(s.modelled_s for s in self.spans)
 
 
-FIELDS = ("compute_s", "comm_s", "exposed_comm_s", "modelled_s")
+FIELDS = ("compute_s", "comm_s", "exposed_comm_s", "modelled_s", "exposed_link_s")
 
 
 class Timeline:

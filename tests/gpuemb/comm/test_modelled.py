@@ -120,7 +120,8 @@ def test_the_timeline_splits_a_step_into_compute_and_exposed_communication(rng):
         assert s.exposed_comm_s == s.comm_s == pytest.approx(modelled)  # nothing overlaps: all of it is exposed
         assert s.compute_s == pytest.approx(compute)
     assert c.step_summary() == pytest.approx({"link": "test", "steps": 2, "compute_s": 1.0, "comm_s": modelled,
-                                              "exposed_comm_s": modelled, "modelled_s": modelled})
+                                              "exposed_comm_s": modelled, "modelled_s": modelled,
+                                              "exposed_link_s": modelled})  # the link's time, none of it hidden
     assert c.timeline() == [] and c.step_summary()["steps"] == 0  # read once
 
 
@@ -132,6 +133,19 @@ def test_an_overlapped_collective_is_exposed_only_from_its_wait():
     assert step.comm_s == 3.0 + 1.0
     assert step.exposed_comm_s == 1.5  # [3, 4] and [3.5, 4.5] overlap: waited for from 3 to 4.5
     assert step.compute_s == 4.5
+    # the link explains [3, 3.5] of the first (its window is [1, 3.5]) and [3.5, 4] of the second ([3.5, 4]); the
+    # rest, [4, 4.5], is the second's real transport or a late rank
+    assert step.exposed_link_s == pytest.approx(1.0)
+
+
+def test_a_wait_for_a_late_rank_is_exposed_but_not_the_links():
+    # issued at 0, waited for from 0.1; the link takes 0.2, but the last rank arrived and the result came at 1.0
+    late = Span("allreduce", "allreduce", 2, 100, 0.2, issued=0.0, waited=0.1, returned=1.0, done=1.0)
+    step = Step(0.0, 2.0, (late,))
+    assert step.exposed_comm_s == pytest.approx(0.9) and step.exposed_link_s == pytest.approx(0.1)
+    hidden = Step(0.0, 2.0, (Span("allreduce", "allreduce", 2, 100, 0.2, issued=0.0, waited=0.5, returned=1.0,
+                                  done=1.0),))  # waited for after the link's time: none of the link exposed
+    assert hidden.exposed_comm_s == pytest.approx(0.5) and hidden.exposed_link_s == 0
 
 
 def test_init_wraps_the_backend_in_the_link_it_is_given(monkeypatch, plain_process):
