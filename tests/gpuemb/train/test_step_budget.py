@@ -52,7 +52,7 @@ def count_step():
 
 def steps_of(tool, name):
     """``[(launches, reads back)]`` of each counted step of case ``name``."""
-    counted = tool.step_counts(tool.CASES[name], SimpleNamespace(warmup=2, steps=3, batch=4, rows=8))
+    counted = tool.step_counts(tool.CASES[name], SimpleNamespace(warmup=2, steps=2, batch=4, rows=8))
     return [(sum(c[k] for k in LAUNCHES), c["readbacks"]) for c in counted]
 
 

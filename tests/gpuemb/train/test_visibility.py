@@ -96,7 +96,7 @@ def test_the_run_says_what_its_tables_and_activations_take(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(backend.real_gpu(), reason="counts the emulated device's calls, exactly")
 def test_timing_phases_adds_no_launch_or_read_to_a_step(tmp_path):
-    small = dict(batch_size=16, steps=3, log_every=1, eval_every=3, eval_rows=32, **HOST)
+    small = dict(batch_size=8, steps=3, log_every=1, eval_every=3, eval_rows=16, **HOST)  # the simulator's time
     off, on = (run_records(tmp_path, phase_times=t, **small) for t in (False, True))
     # the first step of a process plans its matmuls' shapes (cuBLASLt), which the next run finds planned
     assert [r["launches"] for r in off[1:]] == [r["launches"] for r in on[1:]] and off[1]["launches"]["cupy"] > 0
