@@ -12,12 +12,13 @@ hid it. Per step:
 - ``compute_s``: the rest of the step, its length less ``exposed_comm_s``;
 - ``modelled_s``: what the link model alone says the collectives take, added;
 - ``exposed_link_s``: the part of ``exposed_comm_s`` that the link's own time explains, the union of each span's
-  ``[waited, done]`` with its ``[issued, issued + modelled_s]``.
+  ``[waited, done]`` with its last ``modelled_s``, ``[done - modelled_s, done]``.
 
 What is exposed beyond ``exposed_link_s`` is a wait for the other ranks (the slowest one arrives late) or for a
-real transport slower than the link, neither of which hiding the link's time can remove. Splitting the two needs
-no clock shared between ranks: a span's link window is its own rank's. ``exposed_link_s / modelled_s`` is the share
-of the link's time that the step did not hide.
+real transport slower than the link, neither of which hiding the link's time can remove. The link's time is put
+at the end of each collective, since the data can move only once the last rank has arrived: of a wait, the link
+is charged first, so the split never flatters the pipeline, and it needs no clock shared between the ranks.
+``exposed_link_s / modelled_s`` is then the share of the link's time, at most, that the step did not hide.
 """
 import threading
 from dataclasses import dataclass
@@ -47,8 +48,8 @@ class Span:
 
     @property
     def link_window(self):
-        """``[issued, issued + modelled_s]`` within ``[waited, done]``: the waited-for time the link explains."""
-        return max(self.waited, self.issued), min(self.done, self.issued + self.modelled_s)
+        """The link's time, the last ``modelled_s`` before ``done``, within ``[waited, done]``."""
+        return max(self.waited, self.done - self.modelled_s), self.done
 
 
 @dataclass(frozen=True)
