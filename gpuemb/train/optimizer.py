@@ -29,13 +29,17 @@ def build_optimizer(config, model, total_steps):
     return OPTIMIZERS[config.optimization.optimizer](model.named_parameters(), lr=build_schedule(config, total_steps))
 
 
-def scaled_step(loss, optimizer, tables, scaler, cluster):
+def scaled_step(loss, optimizer, tables, scaler, cluster, after_backward=None):
     """Backward of the scaled loss, then the dense step and the tables' row updates together; returns whether it
     stepped. Each table holds its row updates through the backward; once the scaler has unscaled and checked them
     with the dense gradients, all are applied, or, on inf or NaN, none (and the scale backs off).
 
-    ``cluster``: the dense gradients are averaged over the ranks after the backward, and every rank skips the step
-    when any rank's row gradients overflowed, so the ranks stay in step (a world of one: itself alone).
+    ``cluster``: the dense gradients are averaged over the ranks, and every rank skips the step when any rank's row
+    gradients overflowed, so the ranks stay in step (a world of one: itself alone). On an overlapped communicator the
+    backward starts the dense buckets as their gradients complete (``cluster.grad_ready``), as the plain step's
+    does: the same allreduces of the same vectors, so the same bits, and the scaler still checks the reduced ones.
+    ``after_backward()``, if given, runs once the backward has started its collectives and before anything is
+    updated: the loss's check, and the next batch's key exchange, which would otherwise go ahead of the buckets.
 
     Its phases (``gpuemb.autograd.launches``): the scaling counts with the ``loss``, the allreduce as
     ``communication``, the unscaling and the dense step as ``dense_optimizer``, and the held row updates, applied
@@ -44,7 +48,9 @@ def scaled_step(loss, optimizer, tables, scaler, cluster):
     try:
         with launches.phase("loss"):
             scaled = scaler.scale(loss)
-        scaled.backward()
+        scaled.backward(on_ready=cluster.grad_ready)
+        if after_backward is not None:
+            after_backward()
         cluster.settle()  # the held row updates are checked for overflow with the dense gradients
         with launches.phase("communication"):
             cluster.allreduce()

@@ -5,7 +5,8 @@ chosen once, when the run is built (``strategy.py``), and ``Trainer.train_step``
   and, on an overlapped communicator, starts the dense buckets and the gradients' all-to-all), the dense
   gradients' allreduce, then the dense optimizer's step.
 - ``ScaledStep`` (``--precision fp16``): the same forward and loss, then ``optimizer.scaled_step`` in place of the
-  backward and step, which skips the whole step, rows and all, where a gradient overflowed.
+  backward and step, which skips the whole step, rows and all, where a gradient overflowed; on an overlapped
+  communicator its backward starts the dense buckets too.
 - ``SlicedStep`` (``--deterministic N``): the lookups once, the head slice by slice, the lookups' backward once on
   the slices' gradients, the dense gradients added in slice order (``slices.py``).
 
@@ -38,8 +39,6 @@ class WholeStep(Step):
     collective the check guards. Waited for before the backward, the mean was each step's first exposed wait:
     the ranks' skew, on 2 shared cores, up to 10 ms of it (docs/perf/README.md, "What stays exposed at W=4")."""
 
-    checks_late = True  # may check the loss after the backward, where that updates nothing
-
     def __call__(self, trainer, batch, after_forward, after_gradients):
         logits = trainer.model(batch.dense, batch.sparse)
         _after(after_forward)
@@ -52,7 +51,7 @@ class WholeStep(Step):
             local, finite = backend.to_host(xp.stack([loss.data.astype(xp.float32),
                                                       finite_flag(trainer.model, xp, trainer.optimizer)]))
             mean = trainer.cluster.start_mean(float(local))  # the global batch's: every rank agrees if it is finite
-            late = self.checks_late and trainer.cluster.overlapped
+            late = trainer.cluster.overlapped
 
             def check():
                 trainer.check(mean(), finite)
@@ -67,28 +66,37 @@ class WholeStep(Step):
         dense step."""
         cluster = trainer.cluster
         loss.backward(on_ready=cluster.grad_ready)  # an overlapped allreduce starts its buckets in it
-        if check is not None:
-            with launches.phase("loss"):
-                check()
-        _after(after_gradients)
+        self.after_backward(check, after_gradients)
         with launches.phase("communication"):
             cluster.allreduce()
         with launches.phase("dense_optimizer"):
             trainer.optimizer.step()
 
+    @staticmethod
+    def after_backward(check, after_gradients):
+        """The loss's ``check()`` where it comes after the backward, then the step's hook: once the backward has
+        started its collectives, so that what the hook starts (the next batch's keys) queues behind them."""
+        if check is not None:
+            with launches.phase("loss"):
+                check()
+        _after(after_gradients)
+
 
 class ScaledStep(WholeStep):
     """``--precision fp16``'s step: the loss scaled by ``scaler`` (a ``LossScaler``), the step skipped where a
-    gradient overflowed. The scaler's state goes into the trainer's checkpoint state as ``"scaler"``."""
+    gradient overflowed. The scaler's state goes into the trainer's checkpoint state as ``"scaler"``.
 
-    checks_late = False  # its backward is in scaled_step, with the overflow check: the loss is checked first
+    On an overlapped communicator it overlaps as the plain step does: the backward starts the dense buckets, and
+    the loss's mean travels during it and is checked right after it. That is as safe here: the tables hold every
+    row update until the scaler's decision, the dense parameters wait for its step, so a NaN reaches no weight,
+    and every rank raises at the same step, on the same mean."""
 
     def __init__(self, scaler):
         self.scaler = scaler
 
     def update(self, trainer, loss, after_gradients, check=None):
-        _after(after_gradients)  # before it: its backward, allreduce and check block in one call
-        scaled_step(loss, trainer.optimizer, trainer.tables, self.scaler, trainer.cluster)
+        scaled_step(loss, trainer.optimizer, trainer.tables, self.scaler, trainer.cluster,
+                    lambda: self.after_backward(check, after_gradients))
 
     def state_dict(self):
         return {"scaler": self.scaler.state_dict()}

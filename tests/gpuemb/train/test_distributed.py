@@ -88,6 +88,7 @@ def table_rows(run):
 class OtherRankOverflowed:
     """A stand-in for a Cluster of one whose other (imagined) rank found inf in its row gradients."""
     world_size = 1
+    grad_ready = None
 
     def __init__(self):
         self.allreduced = 0

@@ -79,3 +79,15 @@ def check_rows(tables, shards, the_plan, rank, tol):
         np.testing.assert_array_equal(got_keys[got_order], keys[order], err_msg=where)
         np.testing.assert_allclose(got_rows[got_order], rows[order], rtol=tol, atol=tol / 10, err_msg=where)
         np.testing.assert_array_equal(got_steps[got_order], steps[order], err_msg=where)
+
+
+def assert_same_bits(rank, blocking, overlapped):
+    """Two runs' ``(losses, dense parameters, {table: exported rows})`` are the same bits."""
+    for a, b in zip(blocking[0], overlapped[0]):
+        assert np.array_equal(a, b), f"rank {rank}: a loss moved: {a} against {b}"
+    for a, b in zip(blocking[1], overlapped[1]):
+        assert np.array_equal(a, b), f"rank {rank}: a dense parameter moved"
+    for name in blocking[2]:
+        for part_a, part_b in zip(blocking[2][name], overlapped[2][name]):
+            for x, y in zip(part_a, part_b):
+                assert np.array_equal(x, y), f"rank {rank}: table {name} moved"

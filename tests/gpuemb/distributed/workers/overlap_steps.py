@@ -12,9 +12,8 @@ Prints "rank R: ok".
 """
 import sys
 
-import numpy as np
 
-from common import batch, dlrm, plan
+from common import assert_same_bits, batch, dlrm, plan
 from gpuemb import comm
 from gpuemb import optim
 from gpuemb.autograd import Tensor, bce_with_logits
@@ -94,14 +93,7 @@ def main():
     bottoms = [f for f in IN_FLIGHT if f[0] == "bottom"]
     assert len(bottoms) == 4 * STEPS and len(IN_FLIGHT) == 5 * STEPS, IN_FLIGHT  # bottom: 2 layers, 4 parameters
     assert all(sent == model_has_streams() and held == sent for _, sent, held in IN_FLIGHT), IN_FLIGHT
-    for a, b in zip(blocking[0], overlapped[0]):
-        assert np.array_equal(a, b), f"rank {c.rank}: a loss moved: {a} against {b}"
-    for a, b in zip(blocking[1], overlapped[1]):
-        assert np.array_equal(a, b), f"rank {c.rank}: a dense parameter moved"
-    for name in blocking[2]:
-        for part_a, part_b in zip(blocking[2][name], overlapped[2][name]):
-            for x, y in zip(part_a, part_b):
-                assert np.array_equal(x, y), f"rank {c.rank}: table {name} moved"
+    assert_same_bits(c.rank, blocking, overlapped)
     over.drain()
     print(f"rank {c.rank}: ok", flush=True)
 
