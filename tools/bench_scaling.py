@@ -8,10 +8,11 @@ the Criteo-1TB MLPerf config (DLRM-DCNv2) to 8, 64 and 512 GPUs.
 python), on the synthetic 'quick' data with one table per feature (26), table-wise by the planner. From the last
 train record of rank 0 (docs/metrics.md): samples/s per rank (the job's over W); the share of the step spent in
 exposed communication, ``exposed_comm_s / (compute_s + exposed_comm_s)``; the share of the link's own time left
-exposed, ``exposed_link_s / modelled_s`` (the rest of the exposed time is a wait for a late rank or for the real
-transport: ``gpuemb/comm/timeline.py``); the embedding all-to-alls' bytes on the wire per sample (``a2a_keys +
-a2a_fwd + a2a_bwd``, all ranks, over the global batch), beside the cost model's
-(``gpuemb/sharding/cost.py``: ``a2a_fwd + a2a_bwd`` of ``rank_costs`` of the plan the run made) plus the framing
+exposed, at least and at most, ``exposed_link_min_s`` and ``exposed_link_max_s`` over ``modelled_s`` (the rest of
+the exposed time is a wait for a late rank or for the real transport: ``gpuemb/comm/timeline.py``); the embedding
+all-to-alls' bytes on the wire per sample (``a2a_keys + a2a_fwd + a2a_bwd``, all ranks, over the global batch),
+beside the cost model's (``gpuemb/sharding/cost.py``: ``a2a_fwd + a2a_bwd`` of ``rank_costs`` of the plan the run
+made) plus the framing
 it leaves out, one int64 count per stream to each peer: ``W·(W−1)·S·8`` bytes a step for S streams.
 
 **Projected** (``_scaling_projection.py`` has the formulas): the Criteo-1TB tables (``--preset criteo-1tb``) with
@@ -120,7 +121,8 @@ def measured_row(W, record, args, overlap=False):
             "share": exposed / (compute + exposed) if compute + exposed else 0.0,
             "comm_ms": 1e3 * comm, "exposed_of_comm": exposed / comm if comm else 0.0,
             "modelled_ms": 1e3 * link.get("modelled_s", 0.0),
-            "link_exposed": link.get("exposed_link_s", 0.0) / link["modelled_s"] if link.get("modelled_s") else 0.0,
+            "link_exposed": tuple(link.get(f"exposed_link_{b}_s", 0.0) / link["modelled_s"] if link.get("modelled_s")
+                                  else 0.0 for b in ("min", "max")),
             "wire": wire / args.batch_size,
             "model": model / args.batch_size, "framing": framing / args.batch_size}
 
@@ -130,15 +132,15 @@ def print_measured(rows, args):
           f"{args.batch_size}, {args.codec} all-to-alls, --sharding {args.sharding}, --link {args.link}; rank 0's "
           f"last train record (steps {args.steps // 2 + 1}-{args.steps})")
     print("| W | overlap | samples/s per rank | step ms (compute + exposed) | exposed comm share | comm ms | "
-          "exposed / comm | link's own ms (modelled_s) | link's exposed / link's own "
+          "exposed / comm | link's own ms (modelled_s) | link's exposed / link's own, at least-most "
           "| a2a B/sample on the wire | cost model B/sample | + framing | wire / (model + framing) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = f"{r['wire'] / (r['model'] + r['framing']):.4f}" if r["model"] else "-"
         print(f"| {r['W']} | {'on' if r['overlap'] else 'off'} | {r['per_rank']:,.0f} | {r['step_ms']:.1f} | "
               f"{100 * r['share']:.1f}% | {r['comm_ms']:.2f} | {100 * r['exposed_of_comm']:.0f}% | "
-              f"{r['modelled_ms']:.3f} | {100 * r['link_exposed']:.0f}% | {r['wire']:,.1f} | {r['model']:,.1f} | "
-              f"{r['framing']:,.2f} | {ratio} |")
+              f"{r['modelled_ms']:.3f} | {100 * r['link_exposed'][0]:.0f}-{100 * r['link_exposed'][1]:.0f}% | "
+              f"{r['wire']:,.1f} | {r['model']:,.1f} | {r['framing']:,.2f} | {ratio} |")
 
 
 def dense_bytes():

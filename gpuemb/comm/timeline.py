@@ -11,14 +11,17 @@ hid it. Per step:
 - ``exposed_comm_s``: the time the step spent waiting, the union of the spans' ``[waited, done]``;
 - ``compute_s``: the rest of the step, its length less ``exposed_comm_s``;
 - ``modelled_s``: what the link model alone says the collectives take, added;
-- ``exposed_link_s``: the part of ``exposed_comm_s`` that the link's own time explains, the union of each span's
-  ``[waited, done]`` with its last ``modelled_s``, ``[done - modelled_s, done]``.
+- ``exposed_link_max_s`` and ``exposed_link_min_s``: the part of ``exposed_comm_s`` that the link's own time
+  explains, at most and at least (below).
 
-What is exposed beyond ``exposed_link_s`` is a wait for the other ranks (the slowest one arrives late) or for a
-real transport slower than the link, neither of which hiding the link's time can remove. The link's time is put
-at the end of each collective, since the data can move only once the last rank has arrived: of a wait, the link
-is charged first, so the split never flatters the pipeline, and it needs no clock shared between the ranks.
-``exposed_link_s / modelled_s`` is then the share of the link's time, at most, that the step did not hide.
+What is exposed beyond the link's time is a wait for the other ranks (the slowest one arrives late) or for a real
+transport slower than the link, neither of which hiding the link's time can remove. Where within a collective the
+link's ``modelled_s`` falls depends on when the last rank arrived, which a rank cannot see without a clock shared
+with the others. So the split is a bracket, each the union over the spans of ``[waited, done]`` with a window:
+- at most, the window ``[done - modelled_s, done]``: the data moved once the last rank was there, at the end, so
+  the link is charged first for any wait;
+- at least, ``[issued, issued + modelled_s]``: every rank was there when this one issued it (no skew).
+Each divided by ``modelled_s`` brackets the share of the link's time that the step did not hide.
 """
 import threading
 from dataclasses import dataclass
@@ -47,9 +50,14 @@ class Span:
         return self.done - self.waited
 
     @property
-    def link_window(self):
-        """The link's time, the last ``modelled_s`` before ``done``, within ``[waited, done]``."""
+    def link_last(self):
+        """Within ``[waited, done]``, the link's time put last: ``[done - modelled_s, done]``."""
         return max(self.waited, self.done - self.modelled_s), self.done
+
+    @property
+    def link_first(self):
+        """Within ``[waited, done]``, the link's time from the issue: ``[issued, issued + modelled_s]``."""
+        return max(self.waited, self.issued), min(self.done, self.issued + self.modelled_s)
 
 
 @dataclass(frozen=True)
@@ -69,8 +77,12 @@ class Step:
         return self._covered([(s.waited, s.done) for s in self.spans])
 
     @property
-    def exposed_link_s(self):
-        return self._covered([s.link_window for s in self.spans])
+    def exposed_link_max_s(self):
+        return self._covered([s.link_last for s in self.spans])
+
+    @property
+    def exposed_link_min_s(self):
+        return self._covered([s.link_first for s in self.spans])
 
     def _covered(self, windows):
         """The length of the union of ``windows`` (``(start, stop)`` pairs), clipped to the step."""
@@ -90,7 +102,7 @@ class Step:
         return sum(s.modelled_s for s in self.spans)
 
 
-FIELDS = ("compute_s", "comm_s", "exposed_comm_s", "modelled_s", "exposed_link_s")
+FIELDS = ("compute_s", "comm_s", "exposed_comm_s", "modelled_s", "exposed_link_max_s", "exposed_link_min_s")
 
 
 class Timeline:

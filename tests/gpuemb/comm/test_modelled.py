@@ -121,7 +121,7 @@ def test_the_timeline_splits_a_step_into_compute_and_exposed_communication(rng):
         assert s.compute_s == pytest.approx(compute)
     assert c.step_summary() == pytest.approx({"link": "test", "steps": 2, "compute_s": 1.0, "comm_s": modelled,
                                               "exposed_comm_s": modelled, "modelled_s": modelled,
-                                              "exposed_link_s": modelled})  # the link's time, none of it hidden
+                                              "exposed_link_max_s": modelled, "exposed_link_min_s": modelled})
     assert c.timeline() == [] and c.step_summary()["steps"] == 0  # read once
 
 
@@ -133,24 +133,27 @@ def test_an_overlapped_collective_is_exposed_only_from_its_wait():
     assert step.comm_s == 3.0 + 1.0
     assert step.exposed_comm_s == 1.5  # [3, 4] and [3.5, 4.5] overlap: waited for from 3 to 4.5
     assert step.compute_s == 4.5
-    # the link's time is each one's last stretch: [1.5, 4] of the first, [4, 4.5] of the second; waited for from
-    # 3, all of the exposed time is the link's
-    assert step.exposed_link_s == pytest.approx(1.5)
+    # at most: the link's time is each one's last stretch, [1.5, 4] of the first and [4, 4.5] of the second, so
+    # from 3 all of the wait is the link's; at least: from each one's issue, [1, 3.5] and [3.5, 4], so [3, 4]
+    assert step.exposed_link_max_s == pytest.approx(1.5) and step.exposed_link_min_s == pytest.approx(1.0)
 
 
 def test_a_wait_for_a_late_rank_is_exposed_but_not_the_links():
     # issued at 0, waited for from 0.1; the link takes 0.2, but the last rank arrived and the result came at 1.0
     # its data moved once the last rank was there: the link is charged the last 0.2, the rest is the late rank
     late = Span("allreduce", "allreduce", 2, 100, 0.2, issued=0.0, waited=0.1, returned=1.0, done=1.0)
+    # with no skew the link's 0.2 would have begun at the issue: [0.1, 0.2] of it waited for
     step = Step(0.0, 2.0, (late,))
-    assert step.exposed_comm_s == pytest.approx(0.9) and step.exposed_link_s == pytest.approx(0.2)
-    # waited for in the link's last 0.1: all of the exposed time is the link's, at most half of it hidden
+    assert step.exposed_comm_s == pytest.approx(0.9)
+    assert step.exposed_link_max_s == pytest.approx(0.2) and step.exposed_link_min_s == pytest.approx(0.1)
+    # waited for in the last 0.1: all of it is the link's at most, and none of it at least (done by 0.2)
     short = Step(0.0, 2.0, (Span("allreduce", "allreduce", 2, 100, 0.2, issued=0.0, waited=0.9, returned=1.0,
                                  done=1.0),))
-    assert short.exposed_comm_s == pytest.approx(0.1) and short.exposed_link_s == pytest.approx(0.1)
+    assert short.exposed_comm_s == pytest.approx(0.1)
+    assert short.exposed_link_max_s == pytest.approx(0.1) and short.exposed_link_min_s == 0
     hidden = Step(0.0, 2.0, (Span("allreduce", "allreduce", 2, 100, 0.2, issued=0.0, waited=1.5, returned=1.0,
                                   done=1.0),))  # waited for once done: nothing exposed
-    assert hidden.exposed_comm_s == 0 and hidden.exposed_link_s == 0
+    assert hidden.exposed_comm_s == hidden.exposed_link_max_s == hidden.exposed_link_min_s == 0
 
 
 def test_init_wraps_the_backend_in_the_link_it_is_given(monkeypatch, plain_process):
