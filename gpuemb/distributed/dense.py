@@ -14,7 +14,8 @@ for keeps ``grad = None`` (so the optimizer skips it, as it would on one rank); 
 gradient for gets the sum of theirs (zeros for the others) over the world size.
 
 ``SliceGradients`` replaces the allreduce under ``--deterministic`` (``gpuemb/train/slices.py``): it adds the
-gradients of the batch's micro-slices in slice order, so the sum does not depend on the world size.
+gradients of the batch's micro-slices in slice order, so the sum does not depend on the world size. It gathers
+them in the same buckets (``buckets_of``), each started by the last slice's backward on an overlapped communicator.
 """
 from gpuemb.autograd.backend import get_array_module, to_host
 
@@ -25,26 +26,17 @@ def broadcast_parameters(params, comm, root=0):
         p.data[...] = comm.broadcast(p.data, root=root)
 
 
-class GradientAllreduce:
-    """Averages the ``.grad`` of ``params`` over ``comm``'s ranks in buckets of about ``bucket_bytes``."""
+class Buckets:
+    """The gradients of ``params`` in buckets (``buckets_of``), each started on ``comm`` as the backward completes it.
+
+    ``ready`` is ``backward(on_ready=)``'s hook: ``leaf``'s gradient is complete. On an overlapped communicator
+    (``comm.start``), a bucket whose gradients are all complete starts its collective (``_start``) while the
+    backward goes on; elsewhere nothing happens until the call. They start in reverse order, the last layers'
+    first, each only after the one before it, so every rank starts them in the same order."""
 
     def __init__(self, params, comm, bucket_bytes=None):
-        if not (bucket_bytes is None or isinstance(bucket_bytes, int) and bucket_bytes > 0):
-            raise ValueError(f"GradientAllreduce: bucket_bytes={bucket_bytes!r}; use an int > 0 (bytes per "
-                             "allreduce), or None to size them from the parameters")
         self.params, self.comm = list(params), comm
-        bucket_bytes = bucket_bytes or default_bucket_bytes(self.params)
-        self.buckets = []  # lists of parameter indices, one dtype each, in parameter order
-        for i, p in enumerate(self.params):
-            last = self.buckets[-1] if self.buckets else None
-            if last and self.params[last[0]].dtype == p.dtype and \
-                    sum(self.params[j].data.nbytes for j in last) + p.data.nbytes <= bucket_bytes:
-                last.append(i)
-            else:
-                self.buckets.append([i])
-
-        # during the backward (``ready``): the buckets start in reverse order, the last layers' first, as their
-        # gradients complete; each only after the one before it, so every rank starts them in the same order
+        self.buckets = buckets_of(self.params, bucket_bytes)
         self._bucket_of = {id(self.params[i]): b for b, bucket in enumerate(self.buckets) for i in bucket}
         self._reset()
 
@@ -52,18 +44,31 @@ class GradientAllreduce:
         self._left = [len(b) for b in self.buckets]
         self._started, self._next = {}, len(self.buckets) - 1
 
+    def _params(self, b):
+        return [self.params[i] for i in self.buckets[b]]
+
     def ready(self, leaf):
-        """``backward(on_ready=)``'s hook: ``leaf``'s gradient is complete. On an overlapped communicator
-        (``comm.overlap``), a bucket whose gradients are all complete starts its allreduce while the backward goes
-        on; elsewhere nothing happens until the call."""
+        """``backward(on_ready=)``'s hook (the class docstring)."""
         b = self._bucket_of.get(id(leaf))
         if b is None or not hasattr(self.comm, "start"):
             return
         self._left[b] -= 1
         while self._next >= 0 and self._left[self._next] == 0:
-            params = [self.params[i] for i in self.buckets[self._next]]
-            self._started[self._next] = self.comm.start("allreduce", pack(params))
+            self._started[self._next] = self._start(self._next)
             self._next -= 1
+
+
+class GradientAllreduce(Buckets):
+    """Averages the ``.grad`` of ``params`` over ``comm``'s ranks in buckets of about ``bucket_bytes``."""
+
+    def __init__(self, params, comm, bucket_bytes=None):
+        if not (bucket_bytes is None or isinstance(bucket_bytes, int) and bucket_bytes > 0):
+            raise ValueError(f"GradientAllreduce: bucket_bytes={bucket_bytes!r}; use an int > 0 (bytes per "
+                             "allreduce), or None to size them from the parameters")
+        super().__init__(params, comm, bucket_bytes)
+
+    def _start(self, b):
+        return self.comm.start("allreduce", pack(self._params(b)))
 
     def __call__(self):
         """Replace each gradient by its mean over the ranks (one allreduce per bucket): those ``ready`` started are
@@ -71,9 +76,25 @@ class GradientAllreduce:
         started, n = self._started, len(self.buckets)
         self._reset()
         for b in range(n - 1, -1, -1):
-            params = [self.params[i] for i in self.buckets[b]]
+            params = self._params(b)
             summed = started[b].wait() if b in started else self.comm.allreduce(pack(params))
             unpack(params, summed, self.comm.world_size)
+
+
+def buckets_of(params, bucket_bytes=None):
+    """Lists of indices into ``params``, in parameter order, one dtype each, of at most ``bucket_bytes`` (by default
+    ``default_bucket_bytes``) but where one parameter is larger: they depend on the parameters alone, so a blocking
+    and an overlapped run, and every rank, send the same vectors."""
+    bucket_bytes = bucket_bytes or default_bucket_bytes(params)
+    buckets = []
+    for i, p in enumerate(params):
+        last = buckets[-1] if buckets else None
+        if last and params[last[0]].dtype == p.dtype and \
+                sum(params[j].data.nbytes for j in last) + p.data.nbytes <= bucket_bytes:
+            last.append(i)
+        else:
+            buckets.append([i])
+    return buckets
 
 
 MAX_BUCKET_BYTES, PARTS = 4 << 20, 4
@@ -90,17 +111,25 @@ def default_bucket_bytes(params):
     return max(1, min(MAX_BUCKET_BYTES, -(-total // PARTS)))
 
 
-class SliceGradients:
+class SliceGradients(Buckets):
     """The dense gradients of ``params``, summed in one fixed order whatever the world size (``--deterministic``).
 
     Each rank ``keep()``s the gradients of each of its micro-slices of the global batch, apart; the call gathers
     every rank's, so that every rank holds the S slices' in global slice order, and adds them up in that order. The
     sum is then the same bits on 1, 2 or 4 ranks, where an allreduce adds in an order the ranks decide. The cost:
     S vectors of the parameters gathered (counted under ``allreduce``), against one vector allreduced.
-    """
 
-    def __init__(self, params, comm):
-        self.params, self.comm, self.kept = list(params), comm, []
+    They travel in ``GradientAllreduce``'s buckets, one gather each. A gather only moves the slices' vectors, and
+    the sum adds each element over the slices in slice order, so splitting the vector changes no bit. On an
+    overlapped communicator the last slice's backward starts a bucket's gather once its gradients are complete
+    (``ready``, the last slice's ``backward(on_ready=)`` hook), and ``start`` the rest right after it, before the
+    step starts any other collective: every rank starts them in the same order, and they travel during the lookups'
+    backward. None starts earlier: a bucket's gather carries every slice of the rank, and only the last slice
+    completes it (one gather a slice would be S/W times the messages)."""
+
+    def __init__(self, params, comm, bucket_bytes=None):
+        super().__init__(params, comm, bucket_bytes)
+        self.kept = []  # per slice, a packed vector a bucket (None: in a gather started already)
         dtypes = sorted({str(p.dtype) for p in self.params})
         if len(dtypes) > 1:
             raise ValueError(f"SliceGradients: the parameters are of {', '.join(dtypes)}; the slices' gradients "
@@ -109,20 +138,40 @@ class SliceGradients:
     def keep(self):
         """Take the gradients of one slice's backward off the parameters (each is None afterwards)."""
         if self.params:
-            self.kept.append(pack(self.params))
+            self.kept.append([None if b in self._started else pack(self._params(b)) for b in range(len(self.buckets))])
         for p in self.params:
             p.grad = None
+
+    def start(self):
+        """After the last slice's ``keep()``: on an overlapped communicator, start the gathers ``ready`` did not (a
+        parameter the last slice gave no gradient holds its bucket back), in the same order."""
+        if hasattr(self.comm, "start"):
+            for b in range(self._next, -1, -1):
+                self._started[b] = self._gather(b)
+            self._next = -1
+
+    def _start(self, b):
+        return self._gather(b, pack(self._params(b)))
+
+    def _gather(self, b, last=None):
+        rows = [k[b] for k in self.kept] + ([] if last is None else [last])  # this rank's slices, in order
+        return self.comm.start("allgather", get_array_module(rows[0]).stack(rows), tag="allreduce")
 
     def __call__(self):
         """Set each gradient to the sum over every slice of every rank, added in slice order."""
         if not self.params:
             return
-        kept, self.kept = self.kept, []
-        every = self.comm.allgather(get_array_module(kept[0]).stack(kept), tag="allreduce")  # [S, n]: slice order
-        total = every[0].copy()
-        for row in every[1:]:
-            total += row
-        unpack(self.params, total, 1)
+        kept, started, self.kept = self.kept, self._started, []
+        self._reset()
+        for b in range(len(self.buckets) - 1, -1, -1):
+            if b in started:
+                every = started[b].wait()  # [S, n]: slice order
+            else:
+                every = self.comm.allgather(get_array_module(kept[0][b]).stack([k[b] for k in kept]), tag="allreduce")
+            total = every[0].copy()
+            for row in every[1:]:
+                total += row
+            unpack(self._params(b), total, 1)
 
 
 def pack(params):

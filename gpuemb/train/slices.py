@@ -8,7 +8,8 @@ Where W ranks rounded differently from one process, and what this does instead (
   over its samples and its backward starts from 1/G, so a sample's gradient is the same number on every rank, and
   nothing divides it afterwards (the sharded collections' ``rank_mean`` is off).
 - The dense gradients were allreduced, in an order the ranks decide. Each slice's are kept apart, gathered and
-  added in slice order (``distributed.dense.SliceGradients``); the step's loss likewise.
+  added in slice order (``distributed.dense.SliceGradients``); the step's loss likewise. On an overlapped
+  communicator the gathers start in the last slice's backward, which completes them.
 - An owner sums a key's gradients in the order they arrive: peer by peer, each peer's in batch order, which is
   global sample order on any W. The lookups run once a step on the rank's part, and their backward once, on the
   slices' gradients side by side. A world of one takes the same path: its tables sharded over the local
@@ -34,6 +35,7 @@ class Slices:
         self.rows = batch_size // count
         self.mine = count // comm.world_size
         self.first = comm.rank * self.mine  # the index of this rank's first slice in the global batch
+        self._loss = None  # the step's loss sums, gathering (overlapped)
 
     def starts(self):
         """``(row in this rank's part, row in the global batch)`` where each of this rank's slices starts."""
@@ -48,7 +50,8 @@ class Slices:
         xp = get_array_module(embedded[0].data)
         counters = model.extra_states()
         sums, grads = [], [[] for _ in embedded]
-        for lo, row0 in self.starts():
+        for j, (lo, row0) in enumerate(self.starts()):
+            last = j == self.mine - 1
             model.load_extra_states(counters)  # every slice draws its dropout at the step's counter
             model.set_row0(row0)
             leaves = [Tensor(e.data[lo:lo + self.rows], requires_grad=True) for e in embedded]
@@ -57,17 +60,31 @@ class Slices:
             labels = labels_of(logits, batch.label[lo:lo + self.rows])
             with launches.phase("loss"):
                 loss = bce_with_logits(logits, labels, reduction="sum")
-            loss.backward(xp.asarray(1 / self.batch_size, loss.dtype))
-            self.gradients.keep()
             sums.append(loss.data)
+            if last:
+                self._start_loss(xp.stack(sums))
+            # the last slice completes the gradients: an overlapped communicator starts their gathers in its backward
+            loss.backward(xp.asarray(1 / self.batch_size, loss.dtype), on_ready=self.gradients.ready if last else None)
+            self.gradients.keep()
             for g, leaf in zip(grads, leaves):
                 g.append(leaf.grad if leaf.grad is not None else xp.zeros_like(leaf.data))
+        self.gradients.start()
         return xp.stack(sums), [xp.concatenate(g) for g in grads]
+
+    def _start_loss(self, sums):
+        """On an overlapped communicator, start the gather of the loss ``sums`` before the last slice's backward:
+        started after it, behind the gradients' gathers on the one thread, its wait (the loss's check) would wait
+        for them all."""
+        if hasattr(self.comm, "start"):
+            self._loss = self.comm.start("allgather", to_host(sums).astype(np.float64), tag="loss")
 
     def loss(self, sums):
         """The global batch's mean loss from every rank's slice ``sums``, added in slice order."""
+        started, self._loss = self._loss, None
+        every = started.wait() if started is not None else \
+            self.comm.allgather(to_host(sums).astype(np.float64), tag="loss")
         total = 0.0
-        for s in self.comm.allgather(to_host(sums).astype(np.float64), tag="loss"):
+        for s in every:
             total += float(s)
         return total / self.batch_size
 

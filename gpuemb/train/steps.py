@@ -124,9 +124,9 @@ class SlicedStep(Step):
             trainer.check(value, backend.to_host(finite_flag(model, xp, optimizer)))
         for e, gy in zip(embedded, gys):
             e.backward(gy)
+        _after(after_gradients)  # behind the slices' gathers, started in the last slice (overlapped)
         with launches.phase("communication"):
             trainer.cluster.allreduce()
-        _after(after_gradients)
         with launches.phase("dense_optimizer"):
             optimizer.step()
         return value

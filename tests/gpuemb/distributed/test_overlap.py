@@ -1,7 +1,8 @@
 """The dense allreduce overlapped with the backward, under ``mpiexec`` over MPI (workers/overlap.py): the blocking
 run's bits on 2 and 4 ranks, its buckets started during the backward and waited for after it; a sharded DLRM with
 every overlap on (workers/overlap_steps.py); fp16's loss-scaled step, its buckets started in its backward and a
-step whose rows overflowed on one rank skipped on every rank (workers/overlap_scaled.py); and a rank that fails
+step whose rows overflowed on one rank skipped on every rank (workers/overlap_scaled.py); --deterministic's slice
+gradients gathered in buckets from the last slice's backward (workers/overlap_slices.py); and a rank that fails
 while the gradients' all-to-all is in flight (workers/overlap_dies.py)."""
 import pytest
 
@@ -22,6 +23,11 @@ def test_a_sharded_dlrm_with_every_overlap_on_trains_the_blocking_bits(kind, ran
 def test_the_overlapped_loss_scaled_step_trains_the_blocking_bits_and_skips_an_overflow_everywhere(kind, ranks, rng,
                                                                                                   mpiexec):
     mpiexec(ranks, "overlap_scaled.py", kind, rng.integers(1 << 30))
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_the_slices_gradients_gathered_during_the_last_slice_are_one_processs_bits(ranks, rng, mpiexec):
+    mpiexec(ranks, "overlap_slices.py", rng.integers(1 << 30))
 
 
 @pytest.mark.parametrize("mode, says", [
