@@ -10,17 +10,21 @@ from .test_train_deterministic import TINY, TRAIN, launch, outcome  # noqa: F401
 
 pytestmark = pytest.mark.slow
 # fp16's loss-scaled step (its buckets during the backward, its loss's mean checked after it) computes on a device
-# only: the emulation pass of .ci/run runs it, 2 ranks over NCCL on the emulated device, 2 to 3 minutes a run; a
-# machine of one real GPU cannot give each rank its own
+# only: the emulation pass of .ci/run runs it, 2 ranks over NCCL on the emulated device, at batches of 8 (the
+# simulator's time goes with the batch: 2 to 3 minutes a run at 32); a machine of one real GPU cannot give each
+# rank its own
 EMULATED = [pytest.mark.gpu, pytest.mark.skipif(backend.real_gpu(), reason="2 ranks on the emulated device")]
+SMALL = ["--batch-size", "8", "--eval-rows", "16"]  # the last of a repeated flag wins
 
 
 @pytest.mark.parametrize("n, extra", [
     (2, ["--deterministic", "--tables", "per-feature"]),
+    (4, ["--deterministic", "--tables", "per-feature"]),
     (2, ["--tables", "per-feature", "--sharding", "row"]),
     (4, ["--tables", "per-feature"]),
-    pytest.param(2, ["--tables", "per-feature", "--device", "emulated", "--precision", "fp16"], marks=EMULATED),
-], ids=["2-deterministic", "2-row", "4", "2-fp16"])
+    pytest.param(2, ["--tables", "per-feature", "--device", "emulated", "--precision", "fp16", *SMALL],
+                 marks=EMULATED),
+], ids=["2-deterministic", "4-deterministic", "2-row", "4", "2-fp16"])
 def test_the_overlapped_run_trains_the_blocking_runs_bits(n, extra, rng, tmp_path, launch, mpi_run):
     # 4 steps, evaluated after the last: steps 1 and 2 start the next batch's key exchange (none is started across an
     # evaluation or a checkpoint, as the prefetch is not)
