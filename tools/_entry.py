@@ -15,6 +15,7 @@ A tool catches the errors it knows itself (a bad flag exits 2 with its own line)
 import os
 import signal
 import sys
+import threading
 import traceback
 
 # a missing top-level module -> the extra of pyproject.toml that brings it
@@ -86,11 +87,29 @@ def _uncaught(kind, error, tb):
         os._exit(code)
 
 
+AGAIN_S = 0.01  # how soon a signal lost in a callback comes again
+
+
+def _unraisable(info, default=sys.__unraisablehook__):
+    """A Ctrl-C or SIGTERM raised inside a callback whose errors Python ignores (importlib's module-lock weakref,
+    a ``__del__``) would be printed as "Exception ignored" and lost, and the tool would go on (CI once saw a Ctrl-C
+    during the imports vanish so). The signal is sent again, from a thread, so that it lands after the callback."""
+    if not isinstance(info.exc_value, KeyboardInterrupt):
+        return default(info)
+    signum = signal.SIGTERM if isinstance(info.exc_value, Terminated) else signal.SIGINT
+    if signum == signal.SIGTERM:
+        signal.signal(signal.SIGTERM, _terminate)  # its first delivery set the default for a second one
+    again = threading.Timer(AGAIN_S, os.kill, (os.getpid(), signum))
+    again.daemon = True
+    again.start()
+
+
 def guard():
-    """Install the policy: uncaught errors as one line, SIGTERM as :class:`Terminated`. Call it from the tool's
-    ``if __name__ == "__main__":`` before the heavy imports (never on import, which would change a test's
-    process)."""
+    """Install the policy: uncaught errors as one line, SIGTERM as :class:`Terminated`, and a signal lost in a
+    callback sent again. Call it from the tool's ``if __name__ == "__main__":`` before the heavy imports (never on
+    import, which would change a test's process)."""
     sys.excepthook = _uncaught
+    sys.unraisablehook = _unraisable
     signal.signal(signal.SIGTERM, _terminate)
 
 
