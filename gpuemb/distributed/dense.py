@@ -14,8 +14,9 @@ for keeps ``grad = None`` (so the optimizer skips it, as it would on one rank); 
 gradient for gets the sum of theirs (zeros for the others) over the world size.
 
 ``SliceGradients`` replaces the allreduce under ``--deterministic`` (``gpuemb/train/slices.py``): it adds the
-gradients of the batch's micro-slices in slice order, so the sum does not depend on the world size. It gathers
-them in the same buckets (``buckets_of``), each started by the last slice's backward on an overlapped communicator.
+gradients of the batch's micro-slices in slice order, so the sum does not depend on the world size. On an
+overlapped communicator it gathers them in the same buckets (``buckets_of``), each started by the last slice's
+backward; on a blocking one, in one gather.
 """
 from gpuemb.autograd.backend import get_array_module, to_host
 
@@ -119,8 +120,9 @@ class SliceGradients(Buckets):
     sum is then the same bits on 1, 2 or 4 ranks, where an allreduce adds in an order the ranks decide. The cost:
     S vectors of the parameters gathered (counted under ``allreduce``), against one vector allreduced.
 
-    They travel in ``GradientAllreduce``'s buckets, one gather each. A gather only moves the slices' vectors, and
-    the sum adds each element over the slices in slice order, so splitting the vector changes no bit. On an
+    On an overlapped communicator they travel in ``GradientAllreduce``'s buckets, one gather each; on a blocking
+    one, as one gather. A gather only moves the slices' vectors, and the sum adds each element over the slices in
+    slice order, so splitting the vector changes no bit. On an
     overlapped communicator the last slice's backward starts a bucket's gather once its gradients are complete
     (``ready``, the last slice's ``backward(on_ready=)`` hook), and ``start`` the rest right after it, before the
     step starts any other collective: every rank starts them in the same order, and they travel during the lookups'
@@ -128,6 +130,10 @@ class SliceGradients(Buckets):
     completes it (one gather a slice would be S/W times the messages)."""
 
     def __init__(self, params, comm, bucket_bytes=None):
+        params = list(params)
+        if bucket_bytes is None and not hasattr(comm, "start"):
+            # nothing overlaps a blocking gather: one for the whole vector, not one a bucket (a latency each)
+            bucket_bytes = max(1, sum(p.data.nbytes for p in params))
         super().__init__(params, comm, bucket_bytes)
         self.kept = []  # per slice, a packed vector a bucket (None: in a gather started already)
         dtypes = sorted({str(p.dtype) for p in self.params})

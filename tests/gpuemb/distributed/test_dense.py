@@ -67,6 +67,7 @@ def test_slice_gradients_are_the_slices_added_in_slice_order(rng):
     grads = [[rng.standard_normal(p.shape).astype(np.float32) * 10.0 ** rng.integers(-3, 4) for p in ps[:2]]
              for _ in range(4)]
     gather = SliceGradients(ps, LocalCommunicator())
+    assert gather.buckets == [[0, 1, 2]]  # a blocking communicator: one gather of every parameter
     for slice_grads in grads:
         for p, g in zip(ps, slice_grads):
             p.grad = g.copy()

@@ -52,7 +52,7 @@ def sliced(c):
 def main():
     world = comm.init("mpi")
     one, want, _ = sliced(LocalCommunicator())  # one process, every slice
-    blocking, b_grads, (b_handed, b_end, _, _) = sliced(world)
+    blocking, b_grads, (b_handed, b_end, _, b_buckets) = sliced(world)
     over = OverlappedCommunicator(world)
     overlapped, o_grads, (o_handed, o_end, tags, buckets) = sliced(over)
     n = len(want) + 1  # hand-overs: the dense parameters and the slice's embeddings
@@ -60,7 +60,7 @@ def main():
     for w, b, o in zip(want, b_grads, o_grads):
         assert np.array_equal(w, b), f"rank {world.rank}: the blocking gather moved a bit"
         assert np.array_equal(w, o), f"rank {world.rank}: the overlapped gather moved a bit"
-    assert buckets > 1, buckets
+    assert buckets > 1 and b_buckets == 1, (buckets, b_buckets)  # blocking: one gather, one latency
     assert len(b_handed) == n and not any(b_handed) and b_end == 0, (b_handed, b_end)  # blocking: all in the call
     assert len(o_handed) == n and o_handed[-2] >= 1 and o_handed[-1] == o_end == buckets, (o_handed, o_end)
     assert tags == ["loss"] + ["allreduce"] * buckets, tags
