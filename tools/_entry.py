@@ -101,7 +101,10 @@ def _unraisable(info, default=sys.__unraisablehook__):
         signal.signal(signal.SIGTERM, _terminate)  # its first delivery set the default for a second one
     again = threading.Timer(AGAIN_S, os.kill, (os.getpid(), signum))
     again.daemon = True
-    again.start()
+    try:
+        again.start()
+    except RuntimeError:  # the interpreter is shutting down: no thread can start, and the tool is ending anyway
+        default(info)
 
 
 def guard():

@@ -12,8 +12,8 @@ exposed, at least and at most, ``exposed_link_min_s`` and ``exposed_link_max_s``
 the exposed time is a wait for a late rank or for the real transport: ``gpuemb/comm/timeline.py``); the embedding
 all-to-alls' bytes on the wire per sample (``a2a_keys + a2a_fwd + a2a_bwd``, all ranks, over the global batch),
 beside the cost model's (``gpuemb/sharding/cost.py``: ``a2a_fwd + a2a_bwd`` of ``rank_costs`` of the plan the run
-made) plus the framing
-it leaves out, one int64 count per stream to each peer: ``W·(W−1)·S·8`` bytes a step for S streams.
+made) plus the framing it leaves out, one int64 count per stream to each peer: ``W·(W−1)·S·8`` bytes a step for S
+streams.
 
 **Projected** (``_scaling_projection.py`` has the formulas): the Criteo-1TB tables (``--preset criteo-1tb``) with
 MLPerf's hotness, dim 128, global batch 65536, planned by ``plan_tables`` on N GPUs of ``--device-gb``. Compute

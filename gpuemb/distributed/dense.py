@@ -122,12 +122,12 @@ class SliceGradients(Buckets):
 
     On an overlapped communicator they travel in ``GradientAllreduce``'s buckets, one gather each; on a blocking
     one, as one gather. A gather only moves the slices' vectors, and the sum adds each element over the slices in
-    slice order, so splitting the vector changes no bit. On an
-    overlapped communicator the last slice's backward starts a bucket's gather once its gradients are complete
-    (``ready``, the last slice's ``backward(on_ready=)`` hook), and ``start`` the rest right after it, before the
-    step starts any other collective: every rank starts them in the same order, and they travel during the lookups'
-    backward. None starts earlier: a bucket's gather carries every slice of the rank, and only the last slice
-    completes it (one gather a slice would be S/W times the messages)."""
+    slice order, so splitting the vector changes no bit. On an overlapped communicator the last slice's backward
+    starts a bucket's gather once its gradients are complete (``ready``, the last slice's ``backward(on_ready=)``
+    hook), and ``start`` the rest right after it, before the step starts any other collective: every rank starts
+    them in the same order, and they travel during the lookups' backward. None starts earlier: a bucket's gather
+    carries every slice of the rank, and only the last slice completes it (one gather a slice would be S/W times
+    the messages)."""
 
     def __init__(self, params, comm, bucket_bytes=None):
         params = list(params)

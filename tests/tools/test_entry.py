@@ -54,18 +54,11 @@ def test_a_ctrl_c_while_the_imports_load_is_one_line(tool, args, tmp_path):
     assert process.returncode == 130 and err == f"{tool}: interrupted\n", err
 
 
-def entry():
-    spec = importlib.util.spec_from_file_location("_entry_under_test", TOOLS / "_entry.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_lost_in_a_callback_is_sent_again(signum, monkeypatch):
     """Python ignores what a weakref callback raises: a Ctrl-C landing in one (importlib's module locks) was lost,
     and a tool went on sleeping through the test above. The hook sends the signal again."""
-    module, got = entry(), []
+    module, got = _entry(), []
     monkeypatch.setattr(signal, "signal", lambda *a: got.append(("handler", a[0])))  # the test's own stay
     sent = []
     monkeypatch.setattr(module.os, "kill", lambda pid, s: sent.append((pid, s)))
@@ -78,8 +71,19 @@ def test_a_signal_lost_in_a_callback_is_sent_again(signum, monkeypatch):
     assert got == ([("handler", signal.SIGTERM)] if signum == signal.SIGTERM else [])  # SIGTERM's handler back
 
 
+def test_a_lost_signal_at_shutdown_goes_to_pythons_hook(monkeypatch):
+    module, seen = _entry(), []
+
+    def no_thread(self):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+    monkeypatch.setattr(module.threading.Timer, "start", no_thread)
+    info = type("Info", (), {"exc_value": KeyboardInterrupt()})()
+    module._unraisable(info, default=seen.append)
+    assert seen == [info]
+
+
 def test_other_unraisable_errors_go_to_pythons_hook():
-    module, seen = entry(), []
+    module, seen = _entry(), []
     info = type("Info", (), {"exc_value": ValueError("in a __del__")})()
     module._unraisable(info, default=seen.append)
     assert seen == [info]
