@@ -63,9 +63,11 @@ def test_two_ranks_with_fp32_comms_train_and_evaluate_like_one_process(sharding,
 
 def test_int8_comms_cost_no_auc_against_fp32(tmp_path, launch):
     """int8 all-to-alls against fp32 ones, over two seeds. After 120 steps the AUC is still climbing fast, and one
-    run's difference is mostly where each trajectory happened to be: over 8 runs (2026-11-28, seeds 0 to 4 and the
-    initial rows of both draws) int8 minus fp32 ranged from -0.0015 to +0.0085, median +0.0003. So what is held is
-    that int8 loses nothing on average (at most 0.002) and no run strays past 0.01."""
+    run's difference is mostly where each trajectory happened to be, which the CPU's rounding moves too: int8 minus
+    fp32 ranged from -0.0015 to +0.0085 over 8 runs on an Intel Xeon (seeds 0 to 4 and the initial rows of both
+    draws, median +0.0003), and from -0.0047 to +0.0074 over seeds 0 to 4 on an AMD EPYC (mean -0.0005; seeds 0
+    and 1 gave -0.0047 and -0.0030 there). So what is held is that int8 loses at most 0.005 on average over two
+    seeds, under the spread of such a mean, and no run strays past 0.01."""
     args = ["--steps", "120", "--batch-size", "1024", "--eval-rows", "20000", "--no-progress", "--eval-every",
             "120", "--sharding", "row"]
     gaps = []
@@ -79,7 +81,7 @@ def test_int8_comms_cost_no_auc_against_fp32(tmp_path, launch):
               f"int8 comms {auc['int8']:.5f}")
         assert auc["fp32"] > 0.67, "the short run should have learned something for the comparison to mean anything"
         gaps.append(auc["int8"] - auc["fp32"])
-    assert sum(gaps) / len(gaps) >= -0.002 and max(map(abs, gaps)) <= 0.01, gaps
+    assert sum(gaps) / len(gaps) >= -0.005 and max(map(abs, gaps)) <= 0.01, gaps
 
 
 @pytest.mark.parametrize("saved, resumed", [(2, 1), (1, 2), (2, 2)])  # each rank's loader resumes its part
