@@ -60,10 +60,22 @@ def _heads(head_counts, counts):
 
 def pack(lengths, keys, entry_counts, key_counts):
     """One int64 block a peer: its entries' lengths, then their keys."""
-    out = np.empty(lengths.size + keys.size, np.int64)
-    head = _heads(entry_counts, entry_counts + key_counts)
-    out[head], out[~head] = lengths, keys
+    return interleave(lengths, entry_counts, keys, key_counts)
+
+
+def interleave(a, a_counts, b, b_counts):
+    """One block a peer: its ``a_counts[p]`` elements of ``a``, then its ``b_counts[p]`` of ``b``."""
+    out = np.empty(a.size + b.size, np.result_type(a, b))
+    head = _heads(a_counts, a_counts + b_counts)
+    out[head], out[~head] = a, b
     return out
+
+
+def split_tails(received, recv_counts, tail_counts):
+    """``(heads, tails)``: each peer's block of ``received`` (``recv_counts [W]``) split before its last
+    ``tail_counts[p]`` elements, as ``interleave`` joined them."""
+    head = _heads(recv_counts - tail_counts, recv_counts)
+    return received[head], received[~head]
 
 
 class ArrivedBags:

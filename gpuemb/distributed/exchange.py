@@ -56,7 +56,7 @@ class ShardedLookup(Function):
             self._look_up()
             later = hasattr(c.comm, "start")  # overlapped: the rows travel until the output is first read
             for g, (width, ids) in enumerate(self.groups):
-                reply, counts = self._reply(xp, g, width, ids), self.arrivals.group_counts[g]
+                reply, counts = self._outgoing(xp, g, width, ids)
                 if later:
                     started.append((g, ids, c.codecs.start_forward(c.comm, reply, counts)))
                 else:
@@ -77,6 +77,10 @@ class ShardedLookup(Function):
             if s in self.owned:
                 reply[to_device(a.reply_pos[s])] = self.owned[s].data
         return reply
+
+    def _outgoing(self, xp, g, width, ids):
+        """``(rows, counts [W])``: what this owner sends in group ``g``'s all-to-all, its reply to each requester."""
+        return self._reply(xp, g, width, ids), self.arrivals.group_counts[g]
 
     def _arrive(self, out, y, started):
         """Place the rows of each started group as they arrive, then fill the output ``y`` made from ``out``."""

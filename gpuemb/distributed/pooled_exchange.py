@@ -21,8 +21,9 @@ import numpy as np
 
 from gpuemb.autograd.backend import get_array_module, to_device
 
-from .bag_routing import ArrivedBags, BagRoute, pack
-from .exchange import ShardedLookup
+from .bag_routing import ArrivedBags, BagRoute, interleave, pack, split_tails
+from .exchange import ShardedLookup, _Received
+from .host_relay import HostRelay
 from .routing import Arrivals
 from .row_partials import RowPartials
 
@@ -37,16 +38,31 @@ class ShardedPooledLookup(ShardedLookup):
         self.mode = collection.mode
         self.partials = {}  # group: the RowPartials of its row-wise streams
         self.groups = collection.groups
+        L, comm = collection.relay_hosts, collection.comm
+        # where the plan states hosts, keyed partials combine within a host first (host_relay.py)
+        self.relay = HostRelay(L, comm.rank, comm.world_size, collection.streams, self.groups) \
+            if L else None
+        self.relayed = {}  # group: the relay's stage-1 order, what it gathered, its RowPartials and counts
 
     def _look_up(self):
         c, comm, W = self.c, self.c.comm, self.c.comm.world_size
         S = len(c.streams)
         self.route = r = BagRoute(self.bags, c.table_of, c.streams, self.groups, W)
         # each rank says whether it has weights, so that all send them or none do
-        head = np.concatenate([r.stream_counts, np.full((W, 1), int(self.bags.weights is not None))], axis=1)
-        counts, _ = comm.alltoallv(head, np.ones(W, np.int64), tag="a2a_keys")
-        payload, recv_counts = comm.alltoallv(pack(r.lengths, r.keys, r.send_counts, r.key_counts),
-                                              r.send_counts + r.key_counts, tag="a2a_keys")
+        head = [r.stream_counts, np.full((W, 1), int(self.bags.weights is not None))]
+        send, send_counts = pack(r.lengths, r.keys, r.send_counts, r.key_counts), r.send_counts + r.key_counts
+        if self.relay:  # each relay on another host gets the recipe of this rank's sub-bags there
+            self.places = self.relay.places(r, self.B * self.F)
+            recipe, sizes = self.relay.recipes(r, self.places)
+            head.append(sizes[:, None])
+            send = interleave(send, send_counts, recipe, sizes)
+            send_counts = send_counts + sizes
+        counts, _ = comm.alltoallv(np.concatenate(head, axis=1), np.ones(W, np.int64), tag="a2a_keys")
+        payload, recv_counts = comm.alltoallv(send, send_counts, tag="a2a_keys")
+        if self.relay:
+            payload, recipe = split_tails(payload, recv_counts, counts[:, S + 1])
+            recv_counts = recv_counts - counts[:, S + 1]
+            self.relay.received(recipe, counts[:, S + 1])
         weights = None
         if counts[:, S].any():
             mine = r.weights if r.weights is not None else np.ones(r.keys.size, np.float32)
@@ -59,32 +75,89 @@ class ShardedPooledLookup(ShardedLookup):
             if keys.size:
                 self.owned[s] = c.shard_of(s).table.lookup(keys, offsets, self._owner_mode(s), self.training, w)
 
+    def _outgoing(self, xp, g, width, ids):
+        reply, counts = super()._outgoing(xp, g, width, ids)
+        if self.relay is None or g not in self.relay.groups:
+            return reply, counts
+        order, counts = self.relay.stage1_order(self.counts, ids)  # keyed partials to their relays
+        self.relayed[g] = {"order": order}
+        return reply[to_device(order)], counts
+
     def _place_group(self, out, g, ids, rows):
         """Table- and column-wise rows go in place; the keyed streams' partials combine into their bags' rows."""
+        if g in self.relayed:
+            return self._relay_group(out, g, ids, rows)
         others, row = self._split(g, ids)
         super()._place_group(out, g, others, rows)
         if row.size:  # a bag's partials of one column range combine: its place is offset by the range's start
             entries = self.route.group_index[g][row]
             start = np.array([st.cols[0] for st in self.c.streams], np.int64)[self.route.stream[entries]]
-            place = start * (self.B * self.F) + self.route.pos[entries]
-            self.partials[g] = p = RowPartials(place, self.route.lengths[entries])
-            pooled = p.combine(rows[to_device(row)], self.mode)
-            for bags, pos, a in self._by_columns(p.bags):
-                out[to_device(pos), a:a + rows.shape[1]] = pooled if bags is None else pooled[to_device(bags)]
+            self._combine(out, g, start * (self.B * self.F) + self.route.pos[entries], self.route.lengths[entries],
+                          rows[to_device(row)])
+
+    def _combine(self, out, g, place, lengths, rows):
+        """The bags' rows from their partials ``rows`` (of bags at ``place``, sub-bags of ``lengths``), in place."""
+        self.partials[g] = p = RowPartials(place, lengths)
+        if not place.size:
+            return
+        pooled = p.combine(rows, self.mode)
+        for bags, pos, a in self._by_columns(p.bags):
+            out[to_device(pos), a:a + rows.shape[1]] = pooled if bags is None else pooled[to_device(bags)]
+
+    def _relay_group(self, out, g, ids, rows):
+        """Stage 1 has brought this rank, as a relay, its host's partials of its local rank's requesters (and its
+        own table- and column-wise rows): combine them a bag, send each requester its bags' rows (stage 2), and
+        combine the rows that come back over the hosts (host_relay.py)."""
+        c, state, (others, _) = self.c, self.relayed[g], self._split(g, ids)
+        got, state["from"] = self.relay.gathered(g, self.route, self.places)
+        state["got"] = got
+        if others:  # this rank's own rows, put in its send order
+            plain = np.flatnonzero(~got.keyed)
+            mine = get_array_module(rows).zeros((self.route.group_index[g].size, rows.shape[1]), np.float32)
+            mine[to_device(got.own[plain])] = rows[to_device(plain)]
+            super()._place_group(out, g, others, mine)
+        k = np.flatnonzero(got.keyed)
+        state["partials"] = p = RowPartials(self.relay.bag_keys(got.requester[k], got.place[k]), got.length[k])
+        requester = np.zeros(p.bags.size, np.int64)
+        requester[p.bag_of] = got.requester[k]
+        state["to"] = np.bincount(requester, minlength=c.comm.world_size).astype(np.int64)
+        combined = p.combine(rows[to_device(k)], self._relay_mode()) if k.size else rows[:0]
+        arrived = c.codecs.alltoallv_forward(c.comm, combined, state["to"])[0]
+        place, lengths, state["back"] = self.relay.arriving(g, self.route, self.places)
+        self._combine(out, g, place, lengths, arrived)
+
+    def _relay_mode(self):
+        return "max" if self.mode == "max" else "sum"  # a mean's division is the requester's
+
+    def _send_grads(self, gy, g, width, ids):
+        if g not in self.relayed:
+            return super()._send_grads(gy, g, width, ids)
+        c, state = self.c, self.relayed[g]
+        send = get_array_module(gy).empty((int(state["back"].sum()), width), np.float32)
+        if send.shape[0]:
+            send[...] = self.partials[g].grads(self._bag_grads(gy, self.partials[g], width), self.mode)
+        if hasattr(c.comm, "start"):
+            back = c.codecs.start_backward(c.comm, send, state["back"])
+        else:
+            back = _Received(c.codecs.alltoallv_backward(c.comm, send, state["back"]))
+        return _RelayedGrads(self, gy, g, ids, width, back)
 
     def _fill_grads(self, send, gy, g, ids):
         others, row = self._split(g, ids)
         super()._fill_grads(send, gy, g, others)
         if row.size:
-            p, w = self.partials[g], send.shape[1]
-            parts = [(bags, gy[to_device(pos), a:a + w]) for bags, pos, a in self._by_columns(p.bags)]
-            if parts[0][0] is None:
-                bag_grads = parts[0][1]
-            else:
-                bag_grads = get_array_module(gy).empty((p.bags.size, w), gy.dtype)
-                for bags, part in parts:
-                    bag_grads[to_device(bags)] = part
-            send[to_device(row)] = p.grads(bag_grads, self.mode)
+            send[to_device(row)] = self.partials[g].grads(self._bag_grads(gy, self.partials[g], send.shape[1]),
+                                                          self.mode)
+
+    def _bag_grads(self, gy, p, w):
+        """``gy``'s rows of the bags of the RowPartials ``p``, ``[n, w]``."""
+        parts = [(bags, gy[to_device(pos), a:a + w]) for bags, pos, a in self._by_columns(p.bags)]
+        if parts[0][0] is None:
+            return parts[0][1]
+        bag_grads = get_array_module(gy).empty((p.bags.size, w), gy.dtype)
+        for bags, part in parts:
+            bag_grads[to_device(bags)] = part
+        return bag_grads
 
     def _by_columns(self, places):
         """``[(bags, pos, start)]``: the bags at ``places`` (``start·B·F + pos``) of each column start, ``bags``
@@ -156,3 +229,32 @@ def _starts(sizes):
     """Where each (rank, table) block of an allgather of ``sizes [W, T]`` starts."""
     flat = sizes.reshape(-1)
     return (np.cumsum(flat) - flat).reshape(sizes.shape)
+
+
+class _RelayedGrads:
+    """The backward's two stages of a relayed group: ``wait()`` waits for the gradients of this rank's requesters'
+    bags (stage 2, reversed), spreads them over the partials, sends each owner those of its partials and this
+    rank's own table- and column-wise gradient rows (stage 1, reversed), and gives what this rank received as an
+    owner, in the order of its reply."""
+
+    def __init__(self, op, gy, g, ids, width, back):
+        self.op, self.gy, self.g, self.ids, self.width, self.back = op, gy, g, ids, width, back
+
+    def wait(self):
+        op, g = self.op, self.g
+        c, state = op.c, op.relayed[g]
+        got, xp = state["got"], get_array_module(self.gy)
+        arrived = self.back.wait()[0]
+        send = xp.empty((got.own.size, self.width), np.float32)
+        k, plain = np.flatnonzero(got.keyed), np.flatnonzero(~got.keyed)
+        if k.size:
+            send[to_device(k)] = state["partials"].grads(arrived, op._relay_mode())
+        others, _ = op._split(g, self.ids)
+        if plain.size:
+            mine = xp.empty((op.route.group_index[g].size, self.width), np.float32)
+            ShardedLookup._fill_grads(op, mine, self.gy, g, others)
+            send[to_device(plain)] = mine[to_device(got.own[plain])]
+        received = c.codecs.alltoallv_backward(c.comm, send, state["from"])[0]
+        grads = xp.empty_like(received)
+        grads[to_device(state["order"])] = received
+        return grads, None

@@ -17,6 +17,7 @@ from gpuemb.comm import CommCodecs
 from gpuemb.nn.module import Module
 from gpuemb.io.jagged import JaggedFeatures
 from gpuemb.kernels.embedding_bag import MODES
+from gpuemb.sharding.hierarchical import relay_hosts
 from gpuemb.store.collection import fixed_hotness, mixed_keys, stackable
 
 from .bags import local_bags
@@ -66,6 +67,7 @@ class ShardedEmbeddingCollection(Module):
         names = [c.name for c in configs]
         self.shards = local_shards(configs, self.plan, comm.rank)
         self.streams, self.groups = streams_of(self.plan, names)
+        self.relay_hosts = relay_hosts(self.plan, comm.world_size)  # partials combine a host first (host_relay.py)
         self.local_streams = [s for s, st in enumerate(self.streams) if st.held_by(comm.rank)]
         self.replicas = {c.name: (self.shards[c.name], np.flatnonzero(self.table_of == t))
                          for t, c in enumerate(configs) if self.plan.placement(c.name).kind == "data"}
