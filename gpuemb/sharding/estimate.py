@@ -25,6 +25,14 @@ placement (``table_row``, ``grid``) is estimated as its column ranges, each row-
 host (a share of ``1/n`` each, or the skew's over ``n`` residues); a grid under row-wise Adagrad adds the per-key
 sums between the shards of one residue, as column shards do.
 
+Pooled bags of keyed tables where the plan makes several hosts of several ranks (``hierarchical.relay_hosts``)
+go by the two-level exchange (``gpuemb/distributed/host_relay.py``): an owner's partials for a requester on
+another host go to that requester's relay on the owner's host (``m`` vectors, within the host), and the relay sends
+the requester one vector a bag with a key on its host (``min(b·L·Q, b·(1 - (1 - Q)^L))``, ``Q`` the host's share
+of the lookups, 1 for ``table_row`` and ``grid``), in a second alltoallv a width each way; the requester sends
+the relay the recipe of its sub-bags there with the keys (``RECIPE_BYTES`` each, and a few counts the estimate
+leaves out).
+
 Hosts: where the plan states ``local_ranks`` and ``local_link`` is given, an alltoallv's peers on the rank's own
 host are reached over ``local_link`` (e.g. NVLink) and the others over ``link`` (e.g. InfiniBand): each link
 carries one message a peer on it and the larger of what the rank sends and receives over it, and since the two
@@ -47,6 +55,7 @@ import numpy as np
 from gpuemb.comm import traffic
 
 from .cost import KEY_BYTES, row_bytes, unique_rows, vector_bytes
+from .hierarchical import relay_hosts
 from .plan import HOST_KINDS
 from .report import imbalance
 
@@ -54,6 +63,7 @@ DENSE_BUCKET = 4 << 20  # GradientAllreduce's default bucket
 SUM_BYTES = 8  # a column shard's per-key sum of squared gradients, float64
 GRAD_BYTES = 4  # gradients travel as float32
 LOSS_BYTES = 8  # the loop's loss, a float64 averaged over the ranks every step (Cluster.mean)
+RECIPE_BYTES = 8  # a relayed sub-bag's recipe: its bag's place, an int64 (host_relay.py)
 
 
 @dataclass(frozen=True)
@@ -97,18 +107,21 @@ class StepEstimate:
 class _Step:
     """The running sums of one estimate: per rank compute bytes, and per collective who sends whom what."""
 
-    def __init__(self, W, near=None):
+    def __init__(self, W, near=None, relay=None):
         self.W, self.near = W, near  # near[r, p]: p is another rank of r's host, on the local link (None: no hosts)
+        self.relay = relay  # the ranks of a host where pooled keyed partials go by relay, else None
         self.gather, self.update = np.zeros(W), np.zeros(W)
         self.keys, self.sums = np.zeros((W, W)), np.zeros((W, W))  # [from, to] bytes
         self.fwd, self.bwd = defaultdict(lambda: np.zeros((W, W))), defaultdict(lambda: np.zeros((W, W)))
+        # the relay's second stage, between hosts: relay to requester, and back
+        self.fwd2, self.bwd2 = defaultdict(lambda: np.zeros((W, W))), defaultdict(lambda: np.zeros((W, W)))
         self.streams, self.coupled = 0, False
         self.dp_tables, self.dp_lookups, self.dp_width = 0, 0.0, 0
         self.hot_grad_bytes = 0.0
 
-    def serve(self, spec, shard, q, unique, b, codec):
+    def serve(self, spec, shard, q, unique, b, codec, keyed=False):
         """Shard ``shard`` of ``spec`` serves a share ``q`` of every rank's ``b·L`` lookups and holds ``unique``
-        rows that the step updates."""
+        rows that the step updates; ``keyed``: its owner depends on the key (its bags' partials may be relayed)."""
         L, d, r = spec.lookups_per_sample, shard.cols[1] - shard.cols[0], shard.rank
         self.gather[r] += self.W * b * L * q * d * spec.itemsize
         self.update[r] += unique * 2 * row_bytes(spec, d)
@@ -117,8 +130,32 @@ class _Step:
         for i in range(self.W):
             if i != r:
                 self.keys[i, r] += b * L * q * KEY_BYTES
-                self.fwd[d][r, i] += v
-                self.bwd[d][i, r] += v
+                to = self._relay_of(i, r, spec) if keyed else i
+                if to != i:
+                    self.keys[i, to] += m * RECIPE_BYTES
+                if to != r:
+                    self.fwd[d][r, to] += v
+                    self.bwd[d][to, r] += v
+
+    def _relay_of(self, i, r, spec):
+        """Where owner ``r`` sends its partials for requester ``i``: ``i``, or its relay on ``r``'s host."""
+        H = self.relay
+        return i if H is None or spec.pooling is None or i // H == r // H else r // H * H + i % H
+
+    def relay_bags(self, spec, shards, shares, b, codec):
+        """The second stage of a relayed column range ``shards`` (of ``shares`` of the lookups): each relay sends
+        each requester of its local rank on another host one vector a bag with a key on the relay's host."""
+        H = self.relay
+        if H is None or spec.pooling is None:
+            return
+        L, d = spec.lookups_per_sample, shards[0].cols[1] - shards[0].cols[0]
+        for h in sorted({s.rank // H for s in shards}):
+            Q = sum(q for s, q in zip(shards, shares) if s.rank // H == h)
+            v = min(b * L * Q, b * (1 - (1 - Q) ** L)) * vector_bytes(d, codec)
+            for i in range(self.W):
+                if i // H != h:
+                    self.fwd2[d][h * H + i % H, i] += v
+                    self.bwd2[d][i, h * H + i % H] += v
 
     def split(self, r, sent, received):
         """``(far, near)``: the (messages, bytes) of an alltoallv in which rank ``r`` sends ``sent[p]`` to each peer
@@ -144,10 +181,12 @@ class _Step:
             counts[r] = 0
             out.append(("a2a_keys", *self.split(r, counts, counts), counts.sum()))
             a2a("a2a_keys", self.keys)
-            for d in sorted(self.fwd, reverse=True):
-                a2a("a2a_fwd", self.fwd[d])
-            for d in sorted(self.bwd, reverse=True):
-                a2a("a2a_bwd", self.bwd[d])
+            for stage in (self.fwd, self.fwd2):
+                for d in sorted(stage, reverse=True):
+                    a2a("a2a_fwd", stage[d])
+            for stage in (self.bwd, self.bwd2):
+                for d in sorted(stage, reverse=True):
+                    a2a("a2a_bwd", stage[d])
             if self.coupled:
                 a2a("column_sums", self.sums)
         if self.dp_tables:
@@ -202,7 +241,7 @@ def estimate_step(plan, link, profile, skews=None, hot=None, dense_bytes=0, loca
     near = _near(plan, local_link)
     if near is not None and plan.local_ranks == W:
         link, near = local_link, None  # one host: every peer is on the local link
-    st = _Step(W, near)
+    st = _Step(W, near, relay_hosts(plan, W))
     row_tables = 0
     for p in plan.placements:
         spec, skew = p.table, skews.get(p.table.name)
@@ -228,7 +267,10 @@ def estimate_step(plan, link, profile, skews=None, hot=None, dense_bytes=0, loca
             row_tables += 1
             st.streams += len(ranges)
             for s in p.shards:
-                st.serve(spec, s, owners[s.residue], U / n, b, plan.codec)
+                st.serve(spec, s, owners[s.residue], U / n, b, plan.codec, keyed=True)
+            for cols in ranges:
+                part = [s for s in p.shards if s.cols == cols]
+                st.relay_bags(spec, part, [owners[s.residue] for s in part], b, plan.codec)
         else:
             n = 1
             st.streams += len(p.shards)

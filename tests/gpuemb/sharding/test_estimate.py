@@ -154,3 +154,18 @@ def test_without_a_local_link_every_peer_is_on_the_link():
     assert [r.sent for r in one.ranks] == [r.sent for r in split.ranks]
     # rank 2's keys: 3 messages, 16 B on the one link instead of 2 far and 1 near
     assert one.ranks[2].messages == split.ranks[2].messages and one.ranks[2].comm_s != split.ranks[2].comm_s
+
+
+def test_pooled_table_row_bags_relay_their_partials_within_the_owners_host_by_hand():
+    # bags of 2 keys: each owner holds a key of 1.5 of a rank's 2 bags, and host 0 one of both; a row is 16 B
+    spec = TableSpec("t", 1000, 4, lookups_per_sample=2.0, rule="SGDRule")
+    shards = tuple(Shard(i, 500, (0, 4), residue=i) for i in range(2))
+    plan = Plan((RankBudget(10 ** 9),) * 4, (Placement(spec, "table_row", shards),), 8, "fp32", local_ranks=2)
+    owner, far = estimate_step(plan, LINK, PROFILE, local_link=NEAR).ranks[0::2]
+    # owner 0 sends rank 1 its partials for rank 1 and, as rank 3's relay there, for rank 3 (24 B each), and relays
+    # both of rank 2's bags to it (32 B); it gets rank 1's partials for its own bags and for rank 2's, and sends back
+    # their gradients (48 B); its keys: 16 B to rank 1
+    assert owner.sent == {"a2a_keys": 24 + 16, "a2a_fwd": 48 + 32, "a2a_bwd": 48, "loss": 12}
+    # rank 2 sends its keys to both owners (16 B each) and their places to relay 0 (8 B a sub-bag, 3 of them), and
+    # one gradient a bag to relay 0: 32 B, where single-level it sent each owner 24
+    assert far.sent == {"a2a_keys": 24 + 32 + 24, "a2a_fwd": 0, "a2a_bwd": 32, "loss": 12}

@@ -46,12 +46,16 @@ def test_a_wide_one_hot_table_goes_grid_over_two_hosts():
         assert sorted(s.residue for s in shards) == list(range(L)) and sum(s.rows for s in shards) == 100_000
 
 
-def test_pooled_bags_keep_column_wise():
-    # 20 keys a bag: each row shard of a grid returns its own partial row of a bag, so the grid sends more rows
+def test_pooled_bags_go_grid_where_the_relay_makes_the_step_faster():
+    # 20 keys a bag: each row shard of a grid pools a partial row of a bag, but the partials combine within their
+    # host (gpuemb/distributed/host_relay.py), so one row a bag crosses between hosts, not one a row shard
     spec = wide(20.0)
     p = plan_tables([spec], BUDGETS, local_ranks=L).placement("w")
-    assert p.kind == "column" and "estimated" not in p.reason
-    assert step_s(grid_placement(spec, W, L)) > step_s(p)
+    column = plan_tables([spec], BUDGETS).placement("w")
+    assert p.kind == "grid" and "estimated" in p.reason
+    assert step_s(p) < step_s(column)
+    # without hosts to relay within (one rank a host), each row shard's partial crosses: column-wise stays
+    assert plan_tables([spec], BUDGETS, local_ranks=1).placement("w").kind == "column"
 
 
 @pytest.mark.parametrize("local_ranks", [None, W])
