@@ -138,6 +138,27 @@ def test_four_ranks_as_two_hosts_train_the_same_bits_as_one_process(sharding, ex
     assert [r["kind"] for r in runs[0]] == ["train", "eval"] * 2 and runs[1] == runs[0]
 
 
+def test_multi_hot_bags_relayed_over_two_hosts_train_like_one_process_with_or_without_overlap(rng, tmp_path,
+                                                                                             mpi_run):
+    """Table-row-wise multi-hot bags (summed) on 4 ranks declared as 2 hosts of 2 go by the two-level exchange
+    (gpuemb/distributed/host_relay.py): one process's losses and eval metrics, within the rounding of sums taken
+    per owner, and with --overlap-comm the blocking run's bits."""
+    args = [*TINY[1:], "--preset", "multihot", "--sharding", "table_row", "--seed", str(rng.integers(1 << 20))]
+    runs = []
+    for n, extra in ((1, []), (4, []), (4, ["--overlap-comm"])):
+        out = tmp_path / f"{n}{extra}.jsonl"
+        done = mpi_run(n, TRAIN, *args, *extra, "--metrics-out", out, timeout_s=300, GPUEMB_COMM_TIMEOUT="60",
+                       GPUEMB_LOCAL_RANKS="2" if n > 1 else "1")
+        assert done.returncode == 0, done.stdout + done.stderr
+        runs.append([{k: r[k] for k in SAME if k in r} for r in map(json.loads, out.open())
+                     if r["kind"] in ("train", "eval")])  # not the warning a collapsed model gets
+    assert runs[2] == runs[1] and [r["kind"] for r in runs[0]] == ["train", "eval"] * 2
+    for one, four in zip(runs[0], runs[1]):
+        for k in ("loss", "auc", "log_loss"):
+            if k in one:
+                assert four[k] == pytest.approx(one[k], rel=1e-5, abs=1e-6), (k, one, four)
+
+
 def test_a_host_layout_that_does_not_divide_the_ranks_exits_2_with_one_line_per_rank(mpi_run):
     out = mpi_run(2, TRAIN, "--steps", "2", *SHORT, "--sharding", "table_row", timeout_s=300,
                   GPUEMB_COMM_TIMEOUT="60", GPUEMB_LOCAL_RANKS="3")
