@@ -8,8 +8,13 @@ rank of the world taking part in its all-to-all.
 
 Costs: a column range row-wise over ``L`` ranks costs what a row-wise table of those ranks costs, a share ``1/L``
 of the keys each (``host_placement_costs``), so a planner weighs these kinds with the same model as the others.
+Pooled bags over several hosts go by the two-level exchange (``gpuemb/distributed/host_relay.py``), and their
+rows' bytes are counted as they travel: a partial to the requester's relay on the owner's host, one vector a bag
+across, and 8 bytes of recipe a relayed sub-bag with the keys.
 """
-from .cost import RankCost, placement_costs
+from dataclasses import replace
+
+from .cost import KEY_BYTES, RankCost, placement_costs, vector_bytes
 from .plan import HOST_KINDS, Placement, Plan, Shard
 from .spec import RankBudget
 
@@ -64,12 +69,46 @@ def grid_placement(spec, world_size, local_ranks, reason=""):
 
 def host_placement_costs(placement, world_size, batch_size, codec):
     """The ``RankCost`` per rank (a list of ``world_size``) of a ``table_row`` or ``grid`` placement: the sum over
-    its column ranges of a row-wise table of that range's ranks."""
+    its column ranges of a row-wise table of that range's ranks; pooled over several hosts, with the rows' bytes
+    of the two-level exchange (``relayed_bytes``)."""
     totals = [RankCost() for _ in range(world_size)]
     for cols in sorted({s.cols for s in placement.shards}):
-        part = Placement(placement.table, "row", tuple(s for s in placement.shards if s.cols == cols))
-        totals = [t + c for t, c in zip(totals, placement_costs(part, world_size, batch_size, codec))]
+        shards = tuple(s for s in placement.shards if s.cols == cols)
+        costs = placement_costs(Placement(placement.table, "row", shards), world_size, batch_size, codec)
+        L = len(shards)  # the range's ranks: one host's
+        if placement.table.pooling is not None and 1 < L < world_size:
+            fwd, bwd = relayed_bytes(placement.table, shards, world_size, L, batch_size / world_size, codec)
+            costs = [replace(c, a2a_fwd=f, a2a_bwd=g) for c, f, g in zip(costs, fwd, bwd)]
+        totals = [t + c for t, c in zip(totals, costs)]
     return totals
+
+
+def relayed_bytes(spec, shards, world_size, local_ranks, b, codec):
+    """``(a2a_fwd, a2a_bwd)``, lists of bytes per rank, of a column range row-wise over one host's ranks
+    (``shards``, a share ``1/L`` of the keys each) whose pooled bags go by the relay: each requester sends its keys
+    (``a2a_fwd``) to the owners and the recipe of its sub-bags to its relay on their host; an owner sends its
+    partials to the requester, or to its relay; the relay sends one vector a bag to each requester of its local
+    rank elsewhere; the gradients go back the same ways (``a2a_bwd``)."""
+    W, L, n = world_size, local_ranks, len(shards)
+    lookups, q = spec.lookups_per_sample, 1 / n
+    v = vector_bytes(shards[0].cols[1] - shards[0].cols[0], codec)
+    m = min(b * lookups * q, b * (1 - (1 - q) ** lookups))  # the sub-bags an owner gets from a requester
+    fwd, bwd = [0.0] * W, [0.0] * W
+    h = shards[0].rank // L
+    for s in shards:
+        for i in range(W):
+            if i == s.rank:
+                continue
+            relay = i if i // L == h else h * L + i % L
+            fwd[i] += b * lookups * q * KEY_BYTES + (m * KEY_BYTES if relay != i else 0)
+            if relay != s.rank:
+                fwd[s.rank] += m * v
+                bwd[relay] += m * v
+    for i in range(W):
+        if i // L != h:  # one vector a bag with a key on the host: every bag, as all its keys are there
+            fwd[h * L + i % L] += min(b * lookups, b) * v
+            bwd[i] += min(b * lookups, b) * v
+    return fwd, bwd
 
 
 def plan_hosts(specs, world_size, local_ranks, kind, batch_size=65536, codec="fp32", device_bytes=16 << 30):

@@ -2,15 +2,20 @@
 costs and refusals; a world of one under each against ``EmbeddingCollection``; and, under ``mpiexec -n 4``
 declared as 2 hosts of 2 (workers/two_d.py), single keys and bags against one process, and checkpoints that
 reshard 4 -> 2, 4 -> 1 and 2 -> 4."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 from gpuemb import comm, optim
 from gpuemb.distributed import ShardedEmbeddingCollection, plan_for
 from gpuemb.distributed.hosts import LOCAL_RANKS_ENV, local_ranks
-from gpuemb.sharding.cost import placement_costs
+from gpuemb.comm.link import PRESETS as LINKS
+from gpuemb.sharding.cost import placement_costs, rank_costs
+from gpuemb.sharding.estimate import estimate_step
 from gpuemb.sharding.hierarchical import check_hosts, grid_placement, host_placement_costs, plan_hosts
 from gpuemb.sharding.plan import Placement, Plan, Shard
+from gpuemb.sharding.profile import PROFILES
 from gpuemb.sharding.spec import RankBudget, TableSpec
 from gpuemb.store.collection import EmbeddingCollection
 from gpuemb.store.options import Initializer, TableConfig
@@ -66,10 +71,11 @@ def test_a_plan_refuses_row_shards_that_leave_their_host():
 
 
 def test_a_host_placement_costs_a_row_wise_table_of_its_ranks_per_column_range():
-    plan = plan_hosts(SPECS, 4, 2, "grid", batch_size=400, codec="int8")
+    unpooled = [dataclasses.replace(s, pooling=None) for s in SPECS]  # single keys: nothing is relayed
+    plan = plan_hosts(unpooled, 4, 2, "grid", batch_size=400, codec="int8")
     grid = host_placement_costs(plan.placement("b"), 4, 400, "int8")
     # each range on one host is a row-wise table of 2 ranks: half the keys, half the columns
-    half = TableSpec("b", 4000, 4)
+    half = TableSpec("b", 4000, 4, pooling=None)
     by_hand = [sum((placement_costs(Placement(half, "row", tuple(Shard(h * 2 + i, 2000, (0, 4), residue=i)
                                                                        for i in range(2))), 4, 400, "int8")[r]
                     for h in range(2)), start=type(grid[0])()) for r in range(4)]
@@ -77,6 +83,19 @@ def test_a_host_placement_costs_a_row_wise_table_of_its_ranks_per_column_range()
     assert [round(c.a2a_fwd + c.a2a_bwd) for c in grid] == [round(c.a2a_fwd + c.a2a_bwd) for c in by_hand]
     table_row = host_placement_costs(plan_hosts(SPECS, 4, 2, "table_row").placement("b"), 4, 400, "int8")
     assert table_row[2].memory.device == table_row[3].memory.device == 0 < table_row[0].memory.device
+
+
+@pytest.mark.parametrize("kind", ["table_row", "grid"])
+def test_relayed_bags_cost_what_the_step_estimate_sends(kind):
+    # pooled bags of 3 keys over 2 hosts of 2 go by the relay: the cost model's bytes a rank, keys in a2a_fwd, are
+    # the estimate's (which follows the collectives) less the per-stream counts it adds, 8 B a stream and peer
+    specs = [dataclasses.replace(s, lookups_per_sample=3.0) for s in SPECS]
+    plan = plan_hosts(specs, 4, 2, kind, batch_size=400)
+    est = estimate_step(plan, LINKS["ib100"], PROFILES["h200"])
+    streams = sum(len({s.cols for s in p.shards}) for p in plan.placements)
+    for cost, rank in zip(rank_costs(plan), est.ranks):
+        sent = rank.sent["a2a_keys"] - 3 * streams * 8 + rank.sent["a2a_fwd"] + rank.sent["a2a_bwd"]
+        assert cost.a2a_fwd + cost.a2a_bwd == pytest.approx(sent, rel=1e-12)
 
 
 @pytest.mark.parametrize("kind", ["table_row", "grid"])

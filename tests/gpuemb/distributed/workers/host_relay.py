@@ -1,9 +1,9 @@
 """Run by test_host_relay.py under ``mpiexec -n 4`` with ``GPUEMB_LOCAL_RANKS=2`` (2 hosts of 2): the two-level
 exchange of keyed partials (``gpuemb/distributed/host_relay.py``) against the single-level one on the same plan.
 
-argv: a seed, then ``small`` for the emulated device's short run, or for a measurement DIM HOT G KEYS (below). For table-row-wise, grid and row-wise tables (three
-tables of three rules), bags pooled by sum, weighted sum, mean and max, over 2 steps of a global batch whose bags
-hold up to 8 keys:
+argv: a seed, then ``small`` for the emulated device's short run (the grid, by sum and max, 8 samples), or for a
+measurement DIM HOT G KEYS (below). For table-row-wise, grid and row-wise tables (three tables of three rules),
+bags pooled by sum, weighted sum, mean and max, over 2 steps of a global batch whose bags hold up to 8 keys:
 - the relayed forward is the single-level one's bits (row-wise sums: within 1e-6, as their sums run in another
   order), and the relayed one over an ``OverlappedCommunicator`` is the blocking one's bits;
 - after the steps, every row of every shard is the same bits in all three;
