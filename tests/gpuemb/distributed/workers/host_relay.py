@@ -3,6 +3,7 @@ exchange of keyed partials (``gpuemb/distributed/host_relay.py``) against the si
 
 argv: a seed, then ``small`` for the emulated device's short run (the grid, by sum and max, 8 samples), or for a
 measurement DIM HOT G KEYS (below). For table-row-wise, grid and row-wise tables (three tables of three rules),
+and a mixed plan (a table-wise table's rows beside the relayed ones in one all-to-all, and a column-wise table),
 bags pooled by sum, weighted sum, mean and max, over 2 steps of a global batch whose bags hold up to 8 keys:
 - the relayed forward is the single-level one's bits (row-wise sums: within 1e-6, as their sums run in another
   order), and the relayed one over an ``OverlappedCommunicator`` is the blocking one's bits;
@@ -27,7 +28,7 @@ from gpuemb.distributed import ShardedEmbeddingCollection
 from gpuemb.distributed.hosts import local_ranks
 from gpuemb.io.jagged import JaggedFeatures
 from gpuemb.sharding import Placement, Plan, RankBudget, Shard
-from gpuemb.sharding.hierarchical import plan_hosts
+from gpuemb.sharding.hierarchical import plan_hosts, table_row_placement
 from gpuemb.sharding.spec import TableSpec
 from gpuemb.store.options import Initializer, TableConfig
 
@@ -35,7 +36,7 @@ SEED = int(sys.argv[1])
 G, STEPS, KEYS, HOT = 16, 2, 40, 8
 DIMS = (8, 8, 6)
 CASES = (("sum", False), ("sum", True), ("mean", False), ("max", False))
-KINDS = ("table_row", "grid", "row")
+KINDS = ("table_row", "grid", "row", "mixed")
 if sys.argv[2:] == ["small"]:  # the emulated device's run: grid (a range a host), sum and max, 8 samples
     G, KINDS, CASES = 8, ("grid",), CASES[::3]
 elif len(sys.argv) > 2:  # a measurement: every table of DIM, bags of up to HOT keys, a global batch of G, sum only
@@ -50,11 +51,21 @@ def configs():
 
 
 def plan_of(kind, W, L):
-    specs = [TableSpec.from_config(cfg, KEYS, sharding="table_row" if kind == "row" else kind) for cfg in configs()]
-    if kind != "row":
+    """All three tables ``kind``; or ``mixed``: t0 table-row-wise on host 0, t1 table-wise on the last rank, in t0's
+    group of rows (its width), and t2 column-wise over ranks 1 and 2, a group of its own."""
+    specs = [TableSpec.from_config(cfg, KEYS, sharding="table_row" if kind in ("row", "mixed") else kind)
+             for cfg in configs()]
+    if kind in ("table_row", "grid"):
         return plan_hosts(specs, W, L, kind, 64)
-    rows = tuple(Placement(s, "row", tuple(Shard(r, KEYS, (0, s.dim), residue=r) for r in range(W))) for s in specs)
-    return Plan((RankBudget(1 << 30),) * W, rows, 64, "fp32", L)
+    if kind == "row":
+        placed = tuple(Placement(s, "row", tuple(Shard(r, KEYS, (0, s.dim), residue=r) for r in range(W)))
+                       for s in specs)
+    else:
+        t0, t1, t2 = specs
+        half = t2.dim // 2
+        placed = (table_row_placement(t0, 0, L), Placement(t1, "table", (Shard(W - 1, KEYS, (0, t1.dim)),)),
+                  Placement(t2, "column", (Shard(1, KEYS, (0, half)), Shard(2, KEYS, (half, t2.dim)))))
+    return Plan((RankBudget(1 << 30),) * W, placed, 64, "fp32", L)
 
 
 def batch(rng, weighted):
@@ -83,23 +94,25 @@ class Recording:
 def expected_remote(dist, jagged, me, L, W, relayed):
     """``(a2a_fwd, a2a_bwd, sub-bags)`` that rank ``me`` sends to the other host in one step, by hand: forward, the
     bytes of the rows it returns (a relay: one a bag of a requester of its local rank elsewhere with a key on its
-    host; an owner: one a bag with a key of its own); backward, those of the gradient rows of its own bags (one a
-    host elsewhere holding a key of the bag; one an owner elsewhere); and how many sub-bags it sends there."""
+    host; an owner: one a bag with a key of its own, or every bag of a table- or column-wise shard); backward,
+    those of the gradient rows of its own bags (one a host elsewhere holding a key of the bag; one an owner
+    elsewhere); and how many keyed sub-bags it sends there."""
     fwd = bwd = subs = 0
     host = np.arange(W) // L
     for st in dist.streams:
+        relay = relayed and st.keyed  # table- and column-wise rows go straight to their requester
         for p in range(W):
             part = jagged[slice(p * G // W, (p + 1) * G // W)]
             values, offsets, _ = part.feature(st.table)
             owners = st.owners(values)
             for b in range(offsets.size - 1):
-                mine = owners[offsets[b]:offsets[b + 1]]
-                where = set((host[mine] if relayed else mine).tolist())
+                mine = owners[offsets[b]:offsets[b + 1]] if st.keyed else np.array([st.rank])
+                where = set((host[mine] if relay else mine).tolist())
                 if p == me:
-                    subs += int((host[np.unique(mine)] != me // L).sum())
-                    bwd += 4 * st.width * len(where - ({me // L} if relayed else set(np.flatnonzero(host == me // L))))
-                elif host[p] != host[me] and (me // L in where if relayed else me in where):
-                    fwd += 4 * st.width * (not relayed or p % L == me % L)
+                    subs += int((host[np.unique(mine)] != me // L).sum()) if st.keyed else 0
+                    bwd += 4 * st.width * len(where - ({me // L} if relay else set(np.flatnonzero(host == me // L))))
+                elif host[p] != host[me] and (me // L in where if relay else me in where):
+                    fwd += 4 * st.width * (not relay or p % L == me % L)
     return fwd, bwd, subs
 
 
