@@ -1,7 +1,7 @@
 """The two-level exchange of keyed partials (``gpuemb/distributed/host_relay.py``): its bookkeeping on one process,
 and under ``mpiexec -n 4`` declared as 2 hosts of 2 (workers/host_relay.py), table-row-wise, grid, row-wise and mixed
 bags against the single-level exchange on the same plan, blocking and overlapped, with the bytes between hosts counted
-by hand; and the grid's on the emulated device, its NCCL included."""
+by hand; and the grid's by sum on the emulated device, its NCCL included."""
 import numpy as np
 import pytest
 
