@@ -48,7 +48,8 @@ class _Gathered:
 
 
 class HostRelay:
-    """One step's bookkeeping of the two-level exchange on one rank, for the streams and groups of a collection."""
+    """The bookkeeping of the two-level exchange on one rank, for the streams and groups of a collection: built once
+    with it; what a step receives (the recipes) is passed back in by the step."""
 
     def __init__(self, local_ranks, rank, world_size, streams, groups):
         self.L, self.me, self.W = local_ranks, rank, world_size
@@ -58,7 +59,6 @@ class HostRelay:
         self.group_of = group_ids(groups, S)
         self.G = len(groups)
         self.groups = {g for g, (_, ids) in enumerate(groups) if self.keyed[ids].any()}  # the relayed groups
-        self.others = np.zeros((0, 4), np.int64)  # the sub-bags of the recipes received: requester, owner, group, place
 
     def relay(self, requester, owner):
         """The relay of a keyed partial from ``owner`` for ``requester`` (arrays or ints)."""
@@ -87,7 +87,8 @@ class HostRelay:
         return (np.concatenate(parts) if parts else np.zeros(0, np.int64)), sizes
 
     def received(self, flat, sizes):
-        """Keep the sub-bags of the recipes that each requester sent this rank (``sizes [W]`` int64 from each)."""
+        """The sub-bags of the recipes that each requester sent this rank (``sizes [W]`` int64 from each), one a row:
+        ``[n, 4]`` of requester, owner, group and place."""
         L, G, found, at = self.L, self.G, [], 0
         owners = np.repeat(self.me // L * L + np.arange(L), G)
         groups = np.tile(np.arange(G), L)
@@ -96,7 +97,7 @@ class HostRelay:
             counts = block[:L * G]
             found.append(np.stack([np.full(block.size - L * G, p), np.repeat(owners, counts),
                                    np.repeat(groups, counts), block[L * G:]], axis=1))
-        self.others = np.concatenate(found) if found else np.zeros((0, 4), np.int64)
+        return np.concatenate(found) if found else np.zeros((0, 4), np.int64)
 
     # -- the owner, stage 1 ---------------------------------------------------------------------------------------
     def stage1_order(self, counts, ids):
@@ -109,12 +110,13 @@ class HostRelay:
         return np.argsort(dest, kind="stable"), np.bincount(dest, minlength=self.W).astype(np.int64)
 
     # -- the relay ------------------------------------------------------------------------------------------------
-    def gathered(self, g, route, places):
-        """What this rank receives in stage 1 of group ``g`` (``_Gathered``), and the counts from each owner."""
+    def gathered(self, g, route, places, others):
+        """What this rank receives in stage 1 of group ``g`` (``_Gathered``), and the counts from each owner;
+        ``others``: the sub-bags of the recipes it received (``received``)."""
         idx = route.group_index[g]
         owner, keyed = route.dest[idx], self.keyed[route.stream[idx]]
         mine = ~keyed | (self.relay(self.me, owner) == self.me)
-        theirs = self.others[self.others[:, 2] == g]
+        theirs = others[others[:, 2] == g]
         n, m = int(mine.sum()), theirs.shape[0]  # the relay needs no length: it sums or takes the max
         requester = np.concatenate([np.full(n, self.me), theirs[:, 0]])
         owner = np.concatenate([owner[mine], theirs[:, 1]])

@@ -23,7 +23,6 @@ from gpuemb.autograd.backend import get_array_module, to_device
 
 from .bag_routing import ArrivedBags, BagRoute, interleave, pack, split_tails
 from .exchange import ShardedLookup, _Received
-from .host_relay import HostRelay
 from .routing import Arrivals
 from .row_partials import RowPartials
 
@@ -38,10 +37,7 @@ class ShardedPooledLookup(ShardedLookup):
         self.mode = collection.mode
         self.partials = {}  # group: the RowPartials of its row-wise streams
         self.groups = collection.groups
-        L, comm = collection.relay_hosts, collection.comm
-        # where the plan states hosts, keyed partials combine within a host first (host_relay.py)
-        self.relay = HostRelay(L, comm.rank, comm.world_size, collection.streams, self.groups) \
-            if L else None
+        self.relay = collection.relay  # keyed partials combine within a host first (host_relay.py), or None
         self.relayed = {}  # group: the relay's stage-1 order, what it gathered, its RowPartials and counts
 
     def _look_up(self):
@@ -62,7 +58,7 @@ class ShardedPooledLookup(ShardedLookup):
         if self.relay:
             payload, recipe = split_tails(payload, recv_counts, counts[:, S + 1])
             recv_counts = recv_counts - counts[:, S + 1]
-            self.relay.received(recipe, counts[:, S + 1])
+            self.recipes = self.relay.received(recipe, counts[:, S + 1])
         weights = None
         if counts[:, S].any():
             mine = r.weights if r.weights is not None else np.ones(r.keys.size, np.float32)
@@ -109,7 +105,7 @@ class ShardedPooledLookup(ShardedLookup):
         own table- and column-wise rows): combine them a bag, send each requester its bags' rows (stage 2), and
         combine the rows that come back over the hosts (host_relay.py)."""
         c, state, (others, _) = self.c, self.relayed[g], self._split(g, ids)
-        got, state["from"] = self.relay.gathered(g, self.route, self.places)
+        got, state["from"] = self.relay.gathered(g, self.route, self.places, self.recipes)
         state["got"] = got
         if others:  # this rank's own rows, put in its send order
             plain = np.flatnonzero(~got.keyed)

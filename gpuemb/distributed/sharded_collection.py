@@ -25,6 +25,7 @@ from .column import coupled_groups
 from .exchange import ShardedLookup
 from .default_plan import plan_for
 from .feature_layout import FeatureLayout
+from .host_relay import HostRelay
 from .keys_ahead import KeysAhead
 from .pooled_exchange import ShardedPooledLookup
 from .routing import streams_of
@@ -67,7 +68,10 @@ class ShardedEmbeddingCollection(Module):
         names = [c.name for c in configs]
         self.shards = local_shards(configs, self.plan, comm.rank)
         self.streams, self.groups = streams_of(self.plan, names)
-        self.relay_hosts = relay_hosts(self.plan, comm.world_size)  # partials combine a host first (host_relay.py)
+        # where the plan makes several hosts, keyed bags' partials combine within a host first (host_relay.py);
+        # None: the single-level exchange
+        L = relay_hosts(self.plan, comm.world_size)
+        self.relay = HostRelay(L, comm.rank, comm.world_size, self.streams, self.groups) if L else None
         self.local_streams = [s for s, st in enumerate(self.streams) if st.held_by(comm.rank)]
         self.replicas = {c.name: (self.shards[c.name], np.flatnonzero(self.table_of == t))
                          for t, c in enumerate(configs) if self.plan.placement(c.name).kind == "data"}

@@ -123,8 +123,8 @@ def run(kind, mode, weighted, c, L):
     overlapped = OverlappedCommunicator(c)
     dists = [ShardedEmbeddingCollection(configs(), x, the_plan, mode=mode, mixed_dims=True)
              for x in (relayed, single, overlapped)]
-    dists[1].relay_hosts = None  # the single-level exchange on the same plan
-    assert dists[0].relay_hosts == L
+    dists[1].relay = None  # the single-level exchange on the same plan
+    assert dists[0].relay.L == L
     mine = slice(c.rank * G // c.world_size, (c.rank + 1) * G // c.world_size)
     where = f"rank {c.rank}: {kind}, {mode}{' weighted' if weighted else ''}"
     want = Counter()
