@@ -171,11 +171,12 @@ def placement_costs(placement, world_size, batch_size, codec):
 
 def rank_costs(plan):
     """The summed ``RankCost`` of every placement of ``plan``, per rank (a 2-D placement, ``table_row`` or
-    ``grid``, as the row-wise parts of its column ranges: ``hierarchical.host_placement_costs``)."""
-    from .hierarchical import HOST_KINDS, host_placement_costs  # it builds on this module's costs
-    totals = [RankCost() for _ in range(plan.world_size)]
+    ``grid``, as the row-wise parts of its column ranges, and in a plan of several hosts the pooled bags of keyed
+    placements as the two-level exchange sends them: ``hierarchical.costs_on_hosts``)."""
+    from .hierarchical import costs_on_hosts, relay_hosts  # they build on this module's costs
+    totals, hosts = [RankCost() for _ in range(plan.world_size)], relay_hosts(plan, plan.world_size)
     for placement in plan.placements:
-        costs = host_placement_costs if placement.kind in HOST_KINDS else placement_costs
-        totals = [t + c for t, c in zip(totals, costs(placement, plan.world_size, plan.batch_size, plan.codec))]
+        costs = costs_on_hosts(placement, plan.world_size, plan.batch_size, plan.codec, hosts)
+        totals = [t + c for t, c in zip(totals, costs)]
     return totals
 

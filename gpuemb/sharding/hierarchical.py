@@ -8,9 +8,10 @@ rank of the world taking part in its all-to-all.
 
 Costs: a column range row-wise over ``L`` ranks costs what a row-wise table of those ranks costs, a share ``1/L``
 of the keys each (``host_placement_costs``), so a planner weighs these kinds with the same model as the others.
-Pooled bags over several hosts go by the two-level exchange (``gpuemb/distributed/host_relay.py``), and their
-rows' bytes are counted as they travel: a partial to the requester's relay on the owner's host, one vector a bag
-across, and 8 bytes of recipe a relayed sub-bag with the keys.
+Pooled bags of keyed tables, these and row-wise ones, go by the two-level exchange over several hosts
+(``gpuemb/distributed/host_relay.py``), and their rows' bytes are counted as they travel: a partial to the
+requester's relay on the owner's host, one vector a bag across, and 8 bytes of recipe a relayed sub-bag with the
+keys (``costs_on_hosts``).
 """
 from dataclasses import replace
 
@@ -67,15 +68,16 @@ def grid_placement(spec, world_size, local_ranks, reason=""):
                      reason or f"{hosts} column ranges over the hosts, each row-wise over its {local_ranks} ranks")
 
 
-def host_placement_costs(placement, world_size, batch_size, codec):
-    """The ``RankCost`` per rank (a list of ``world_size``) of a ``table_row`` or ``grid`` placement: the sum over
-    its column ranges of a row-wise table of that range's ranks; pooled over several hosts, with the rows' bytes
-    of the two-level exchange (``relayed_bytes``)."""
+def host_placement_costs(placement, world_size, batch_size, codec, local_ranks=None):
+    """The ``RankCost`` per rank (a list of ``world_size``) of a ``table_row`` or ``grid`` placement, or of a
+    ``row`` one in a plan of hosts of ``local_ranks``: the sum over its column ranges of a row-wise table of that
+    range's ranks; pooled over several hosts, with the rows' bytes of the two-level exchange (``relayed_bytes``).
+    A 2-D placement's range holds one host, so its ranks are the host's when ``local_ranks`` is not given."""
     totals = [RankCost() for _ in range(world_size)]
     for cols in sorted({s.cols for s in placement.shards}):
         shards = tuple(s for s in placement.shards if s.cols == cols)
         costs = placement_costs(Placement(placement.table, "row", shards), world_size, batch_size, codec)
-        L = len(shards)  # the range's ranks: one host's
+        L = local_ranks or len(shards)
         if placement.table.pooling is not None and 1 < L < world_size:
             fwd, bwd = relayed_bytes(placement.table, shards, world_size, L, batch_size / world_size, codec)
             costs = [replace(c, a2a_fwd=f, a2a_bwd=g) for c, f, g in zip(costs, fwd, bwd)]
@@ -83,19 +85,28 @@ def host_placement_costs(placement, world_size, batch_size, codec):
     return totals
 
 
+def costs_on_hosts(placement, world_size, batch_size, codec, local_ranks=None):
+    """The ``RankCost`` per rank of any placement in a plan of hosts of ``local_ranks`` (None: not stated), as the
+    exchange sends it: keyed placements (row-wise and 2-D) by ``host_placement_costs``, the rest by
+    ``placement_costs``. The planner and ``cost.rank_costs`` both price a placement here."""
+    if placement.kind in HOST_KINDS or (placement.kind == "row" and local_ranks is not None):
+        return host_placement_costs(placement, world_size, batch_size, codec, local_ranks)
+    return placement_costs(placement, world_size, batch_size, codec)
+
+
 def relayed_bytes(spec, shards, world_size, local_ranks, b, codec):
-    """``(a2a_fwd, a2a_bwd)``, lists of bytes per rank, of a column range row-wise over one host's ranks
-    (``shards``, a share ``1/L`` of the keys each) whose pooled bags go by the relay: each requester sends its keys
-    (``a2a_fwd``) to the owners and the recipe of its sub-bags to its relay on their host; an owner sends its
-    partials to the requester, or to its relay; the relay sends one vector a bag to each requester of its local
-    rank elsewhere; the gradients go back the same ways (``a2a_bwd``)."""
+    """``(a2a_fwd, a2a_bwd)``, lists of bytes per rank, of a column range row-wise over ``shards`` (a share
+    ``1/n`` of the keys each, on one host or several) whose pooled bags go by the relay: each requester sends its
+    keys (``a2a_fwd``) to the owners and the recipe of its sub-bags to its relay on each owner's host elsewhere; an
+    owner sends its partials to the requester, or to its relay; each relay sends one vector a bag with a key on its
+    host to each requester of its local rank elsewhere; the gradients go back the same ways (``a2a_bwd``)."""
     W, L, n = world_size, local_ranks, len(shards)
     lookups, q = spec.lookups_per_sample, 1 / n
     v = vector_bytes(shards[0].cols[1] - shards[0].cols[0], codec)
     m = min(b * lookups * q, b * (1 - (1 - q) ** lookups))  # the sub-bags an owner gets from a requester
     fwd, bwd = [0.0] * W, [0.0] * W
-    h = shards[0].rank // L
     for s in shards:
+        h = s.rank // L
         for i in range(W):
             if i == s.rank:
                 continue
@@ -104,10 +115,13 @@ def relayed_bytes(spec, shards, world_size, local_ranks, b, codec):
             if relay != s.rank:
                 fwd[s.rank] += m * v
                 bwd[relay] += m * v
-    for i in range(W):
-        if i // L != h:  # one vector a bag with a key on the host: every bag, as all its keys are there
-            fwd[h * L + i % L] += min(b * lookups, b) * v
-            bwd[i] += min(b * lookups, b) * v
+    for h in sorted({s.rank // L for s in shards}):
+        share = sum(s.rank // L == h for s in shards) * q
+        bags = min(b * lookups * share, b * (1 - (1 - share) ** lookups))  # the bags with a key on host h
+        for i in range(W):
+            if i // L != h:
+                fwd[h * L + i % L] += bags * v
+                bwd[i] += bags * v
     return fwd, bwd
 
 

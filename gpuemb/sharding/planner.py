@@ -34,10 +34,10 @@ from gpuemb.autograd.checks import fail
 
 from gpuemb.comm.link import PRESETS as LINKS
 
-from .cost import (CODEC_BYTES, DEVICE_KEY_BYTES, HOMES, Memory, RankCost, human_bytes, placement_costs, row_bytes,
-                   shard_memory, unique_rows)
+from .cost import (CODEC_BYTES, DEVICE_KEY_BYTES, HOMES, Memory, RankCost, human_bytes, row_bytes, shard_memory,
+                   unique_rows)
 from .estimate import estimate_step
-from .hierarchical import check_hosts, grid_placement, host_placement_costs, table_row_placement
+from .hierarchical import check_hosts, costs_on_hosts, grid_placement, table_row_placement
 from .plan import HOST_KINDS, Placement, Plan, Shard
 from .profile import PROFILES
 from .spec import RankBudget, TableSpec
@@ -71,8 +71,8 @@ class _Ranks:
     def commit(self, placement):
         if placement is None:
             return None
-        costs = host_placement_costs if placement.kind in HOST_KINDS else placement_costs
-        for r, c in enumerate(costs(placement, self.W, self.batch_size, self.codec)):
+        hosts = self.local_ranks if 1 < self.local_ranks < self.W else None  # hierarchical.relay_hosts
+        for r, c in enumerate(costs_on_hosts(placement, self.W, self.batch_size, self.codec, hosts)):
             self.cost[r] += c
             self.free[r] -= c.memory
         return placement

@@ -15,6 +15,7 @@ from gpuemb.sharding.cost import placement_costs, rank_costs
 from gpuemb.sharding.estimate import estimate_step
 from gpuemb.sharding.hierarchical import check_hosts, grid_placement, host_placement_costs, plan_hosts
 from gpuemb.sharding.plan import Placement, Plan, Shard
+from gpuemb.sharding.planner import plan_tables
 from gpuemb.sharding.profile import PROFILES
 from gpuemb.sharding.spec import RankBudget, TableSpec
 from gpuemb.store.collection import EmbeddingCollection
@@ -85,12 +86,20 @@ def test_a_host_placement_costs_a_row_wise_table_of_its_ranks_per_column_range()
     assert table_row[2].memory.device == table_row[3].memory.device == 0 < table_row[0].memory.device
 
 
-@pytest.mark.parametrize("kind", ["table_row", "grid"])
+@pytest.mark.parametrize("kind", ["table_row", "grid", "row", "mixed"])
 def test_relayed_bags_cost_what_the_step_estimate_sends(kind):
     # pooled bags of 3 keys over 2 hosts of 2 go by the relay: the cost model's bytes a rank, keys in a2a_fwd, are
-    # the estimate's (which follows the collectives) less the per-stream counts it adds, 8 B a stream and peer
+    # the estimate's (which follows the collectives) less the per-stream counts it adds, 8 B a stream and peer.
+    # Row-wise tables over all 4 ranks are relayed too (their owners are on both hosts), and so is a plan mixing
+    # them with table-wise and 2-D ones.
     specs = [dataclasses.replace(s, lookups_per_sample=3.0) for s in SPECS]
-    plan = plan_hosts(specs, 4, 2, kind, batch_size=400)
+    if kind in ("table_row", "grid"):
+        plan = plan_hosts(specs, 4, 2, kind, batch_size=400)
+    else:
+        kinds = ["row"] * 3 if kind == "row" else ["row", "table_row", "table"]
+        specs = [dataclasses.replace(s, sharding=k) for s, k in zip(specs, kinds)]
+        plan = plan_tables(specs, [RankBudget(1 << 30)] * 4, batch_size=400, local_ranks=2)
+        assert [p.kind for p in plan.placements] == kinds
     est = estimate_step(plan, LINKS["ib100"], PROFILES["h200"])
     streams = sum(len({s.cols for s in p.shards}) for p in plan.placements)
     for cost, rank in zip(rank_costs(plan), est.ranks):
