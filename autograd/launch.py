@@ -90,6 +90,31 @@ def blocks_for(n, threads=256):
     return max(1, (int(n) + threads - 1) // threads)
 
 
+WARP = 32
+
+
+def width(threads):
+    """The block width to launch a kernel whose threads stride by ``cuda.blockDim.x``: ``threads`` on a GPU and in
+    the kernels' own simulator tests, one warp on the emulated device (``over`` says why)."""
+    return min(threads, WARP) if backend.DEVICE == "emulated" else threads
+
+
+def over(n, like, threads=256):
+    """The launch ``(blocks, threads, stream)`` of a kernel that strides over ``n`` items (``for k in
+    range(cuda.grid(1), n, cuda.gridsize(1))``) on ``like``'s stream: a thread an item on a GPU and in the kernels'
+    simulator tests (``-m cudasim``, on the CPU device, so that those cover many blocks); one thread for them all
+    on the emulated device.
+
+    numba's simulator makes each CUDA thread a Python thread, about 0.4 ms apiece to start on CI's 2 cores, and
+    many of them at once thrash the interpreter's lock (a launch of 1,712 items took 0.14 s or 9.9 s by turns on
+    32 threads). At the emulated device's tiny batches a training step spent 95% of its time there, and the
+    emulation pass was over half of CI: tools/count_step.py's dcn-multihot case (4 steps) took 87.5 s, and 8.0 s on
+    one thread. The items, the results and the launches (the counts the tests hold to budgets) are the same."""
+    if backend.DEVICE == "emulated":
+        return 1, 1, stream_for(like)
+    return blocks_for(n, threads), threads, stream_for(like)
+
+
 def stream_for(array):
     """The numba view of CuPy's current stream for device arrays, so kernels order with CuPy's own work.
 

@@ -21,7 +21,7 @@ import numpy as np
 from numba import cuda
 
 from gpuemb.autograd import backend
-from gpuemb.autograd.launch import blocks_for, kernel, stream_for
+from gpuemb.autograd.launch import kernel, over
 
 SGD, MOMENTUM, ADAGRAD, ROWWISE_ADAGRAD, ADAM, FTRL = range(6)
 KERNELS = {"sgd": SGD, "momentum": MOMENTUM, "adagrad": ADAGRAD, "rowwise_adagrad": ROWWISE_ADAGRAD, "adam": ADAM,
@@ -130,16 +130,14 @@ _update_element_gpu = cuda.jit(device=True)(_update_element)
 
 @kernel
 def _begin_rows_kernel(rows, steps, has_steps, slots, grads, kind, h):
-    i = cuda.grid(1)
-    if i < slots.shape[0]:
+    for i in range(cuda.grid(1), slots.shape[0], cuda.gridsize(1)):
         _begin_row_gpu(rows, steps, has_steps, slots[i], grads, i, kind, h)
 
 
 @kernel
 def _update_elements_kernel(rows, steps, has_steps, slots, grads, kind, h, lr):
-    k = cuda.grid(1)
     D = grads.shape[1]
-    if k < slots.shape[0] * D:
+    for k in range(cuda.grid(1), slots.shape[0] * D, cuda.gridsize(1)):
         i = k // D
         d = k - i * D
         r = slots[i]
@@ -167,7 +165,7 @@ def apply_rows_cuda(rows, steps, slots, grads, rule, lr):
     steps = steps if has_steps else xp.zeros(1, np.int32)  # a kernel argument is never None
     n = slots.shape[0]
     if has_steps or kind == ROWWISE_ADAGRAD:
-        grid = blocks_for(n, THREADS), THREADS, stream_for(rows)
+        grid = over(n, rows, THREADS)
         _begin_rows_kernel[grid](rows, steps, has_steps, slots, grads, kind, h)
-    grid = blocks_for(n * grads.shape[1], THREADS), THREADS, stream_for(rows)
+    grid = over(n * grads.shape[1], rows, THREADS)
     _update_elements_kernel[grid](rows, steps, has_steps, slots, grads, kind, h, float(lr))

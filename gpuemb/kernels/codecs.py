@@ -16,7 +16,7 @@ from numba import cuda
 
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
-from gpuemb.autograd.launch import blocks_for, kernel, stream_for
+from gpuemb.autograd.launch import kernel, over, stream_for
 
 CODECS = ("fp32", "fp16", "bf16", "int8")
 _ROW_THREADS = 128  # the int8 kernel's block: one row, its absmax reduced in shared memory
@@ -77,29 +77,27 @@ def bf16_decode_cpu(h):
 
 @kernel
 def _bf16_encode_kernel(u, out):
-    i = cuda.grid(1)
-    if i < u.size:
+    for i in range(cuda.grid(1), u.size, cuda.gridsize(1)):
         out[i] = _bf16_from_bits_gpu(u[i])
 
 
 @kernel
 def _bf16_decode_kernel(h, out):
-    i = cuda.grid(1)
-    if i < h.size:
+    for i in range(cuda.grid(1), h.size, cuda.gridsize(1)):
         out[i] = numba.uint32(h[i]) << 16
 
 
 def bf16_encode_cuda(x):
     u = get_array_module(x).ascontiguousarray(x).view(np.uint32).reshape(-1)
     out = get_array_module(x).empty(u.size, dtype=np.uint16)
-    _bf16_encode_kernel[blocks_for(u.size), 256, stream_for(x)](u, out)
+    _bf16_encode_kernel[over(u.size, x)](u, out)
     return out.reshape(x.shape)
 
 
 def bf16_decode_cuda(h):
     xp = get_array_module(h)
     out = xp.empty(h.size, dtype=np.uint32)
-    _bf16_decode_kernel[blocks_for(h.size), 256, stream_for(h)](xp.ascontiguousarray(h).reshape(-1), out)
+    _bf16_decode_kernel[over(h.size, h)](xp.ascontiguousarray(h).reshape(-1), out)
     return out.view(np.float32).reshape(h.shape)
 
 
@@ -188,8 +186,7 @@ def _int8_encode_kernel(x, q, scale):
 
 @kernel
 def _int8_decode_kernel(q, scale, D, out):
-    k = cuda.grid(1)
-    if k < q.size:  # flat views: element k is in row k // D
+    for k in range(cuda.grid(1), q.size, cuda.gridsize(1)):  # flat views: element k is in row k // D
         out[k] = q[k] * scale[k // D]
 
 
@@ -204,7 +201,7 @@ def int8_encode_cuda(x):
 def int8_decode_cuda(q, scale):
     xp = get_array_module(q)
     out = xp.empty(q.size, dtype=np.float32)
-    _int8_decode_kernel[blocks_for(q.size), 256, stream_for(q)](xp.ascontiguousarray(q).reshape(-1), scale,
+    _int8_decode_kernel[over(q.size, q)](xp.ascontiguousarray(q).reshape(-1), scale,
                                                                 q.shape[1], out)
     return out.reshape(q.shape)
 

@@ -20,7 +20,7 @@ from numba import cuda
 
 from gpuemb.autograd import Function
 from gpuemb.autograd.backend import get_array_module, is_device_array
-from gpuemb.autograd.launch import blocks_for, kernel, stream_for
+from gpuemb.autograd.launch import kernel, over
 
 from .gemm import COMPUTE, matmul
 
@@ -71,9 +71,8 @@ def combine_backward_cpu(gy, x0, h, b, bias_inside=True):
 
 @kernel
 def _combine_kernel(x0, h, b, xl, inside, out):
-    k = cuda.grid(1)
     D = x0.shape[1]
-    if k < x0.size:
+    for k in range(cuda.grid(1), x0.size, cuda.gridsize(1)):
         r, d = k // D, k % D
         hb = h[r, min(d, h.shape[1] - 1)]
         out[r, d] = x0[r, d] * (hb + b[d]) + xl[r, d] if inside else x0[r, d] * hb + b[d] + xl[r, d]
@@ -81,9 +80,8 @@ def _combine_kernel(x0, h, b, xl, inside, out):
 
 @kernel
 def _combine_backward_kernel(gy, x0, h, b, inside, g_x0, g_h):
-    k = cuda.grid(1)
     D = x0.shape[1]
-    if k < x0.size:
+    for k in range(cuda.grid(1), x0.size, cuda.gridsize(1)):
         r, d = k // D, k % D
         hb = h[r, min(d, h.shape[1] - 1)]
         g_x0[r, d] = gy[r, d] * (hb + b[d] if inside else hb)
@@ -92,14 +90,14 @@ def _combine_backward_kernel(gy, x0, h, b, inside, g_x0, g_h):
 
 def combine_cuda(x0, h, b, xl, bias_inside=True):
     out = get_array_module(x0).empty(x0.shape, dtype=x0.dtype)
-    _combine_kernel[blocks_for(x0.size), 256, stream_for(x0)](x0, h, b, xl, bias_inside, out)
+    _combine_kernel[over(x0.size, x0)](x0, h, b, xl, bias_inside, out)
     return out
 
 
 def combine_backward_cuda(gy, x0, h, b, bias_inside=True):
     xp = get_array_module(x0)
     g_x0, g_h = xp.empty(x0.shape, dtype=x0.dtype), xp.empty(x0.shape, dtype=x0.dtype)
-    _combine_backward_kernel[blocks_for(x0.size), 256, stream_for(x0)](gy, x0, h, b, bias_inside, g_x0, g_h)
+    _combine_backward_kernel[over(x0.size, x0)](gy, x0, h, b, bias_inside, g_x0, g_h)
     return g_x0, g_h
 
 

@@ -34,7 +34,7 @@ from gpuemb.autograd.backend import real_gpu as backend_real_gpu
 from .chunks import chunk_size
 from .gemm import matmul
 from .mlp import PRECISIONS
-from gpuemb.autograd.launch import kernel, stream_for
+from gpuemb.autograd.launch import kernel, stream_for, width
 
 MAX_ROWS_CUDA = 128  # n = F + 1 the CUDA kernels take: the shared tile is [128, 33] (17 KiB in float32)
 TILE_D = 32
@@ -281,7 +281,7 @@ def dot_interaction_cuda(bottom, emb, self_interaction=False, pad_to=8):
     out = get_array_module(emb).empty((B, output_width(F, D, self_interaction, pad_to)), dtype=emb.dtype)
     forward, _ = _cuda_kernels(emb.dtype)
     if B:  # a block per sample and no sample guard: an empty batch has nothing to launch
-        forward[B, 128, stream_for(emb)](bottom, emb, out, int(self_interaction))
+        forward[B, width(128), stream_for(emb)](bottom, emb, out, int(self_interaction))
     return out
 
 
@@ -291,7 +291,8 @@ def dot_interaction_backward_cuda(gy, bottom, emb, self_interaction=False):
     g_bottom, g_emb = xp.empty(bottom.shape, dtype=emb.dtype), xp.empty(emb.shape, dtype=emb.dtype)
     _, backward = _cuda_kernels(emb.dtype)
     if emb.shape[0]:  # as in the forward: no launch for an empty batch
-        backward[emb.shape[0], 8 * TILE_D, stream_for(emb)](gy, bottom, emb, g_bottom, g_emb, int(self_interaction))
+        launch = emb.shape[0], width(8 * TILE_D), stream_for(emb)
+        backward[launch](gy, bottom, emb, g_bottom, g_emb, int(self_interaction))
     return g_bottom, g_emb
 
 

@@ -36,7 +36,7 @@ from gpuemb.autograd import Function
 from gpuemb.autograd.backend import aligned_empty, get_array_module, is_device_array
 
 from .gather import gather_rows_cpu, gather_rows_cuda
-from gpuemb.autograd.launch import blocks_for, kernel, stream_for
+from gpuemb.autograd.launch import kernel, over
 
 MODES = ("sum", "mean", "max")
 
@@ -282,9 +282,8 @@ def embedding_bag_weight_grad_cpu(table, slots, offsets, gy):
 # simulator rounds the product first, as the CPU does.
 @kernel
 def _segment_rows_kernel(src, index, weight, route, argmax, bounds, mean, zero, out):
-    k = cuda.grid(1)
     D = src.shape[1]
-    if k < out.shape[0] * D:
+    for k in range(cuda.grid(1), out.shape[0] * D, cuda.gridsize(1)):
         u = k // D
         d = k - u * D
         s = zero
@@ -302,9 +301,8 @@ def _segment_rows_kernel(src, index, weight, route, argmax, bounds, mean, zero, 
 
 @kernel
 def _segment_max_kernel(src, index, bounds, zero, out, argmax):
-    k = cuda.grid(1)
     D = src.shape[1]
-    if k < out.shape[0] * D:
+    for k in range(cuda.grid(1), out.shape[0] * D, cuda.gridsize(1)):
         u = k // D
         d = k - u * D
         best = zero
@@ -320,8 +318,7 @@ def _segment_max_kernel(src, index, bounds, zero, out, argmax):
 
 @kernel
 def _row_dots_kernel(table, slots, bag, gy, zero, out):
-    k = cuda.grid(1)
-    if k < slots.shape[0]:
+    for k in range(cuda.grid(1), slots.shape[0], cuda.gridsize(1)):
         s = zero
         for d in range(table.shape[1]):
             s += table[slots[k], d] * gy[bag[k], d]
@@ -330,7 +327,7 @@ def _row_dots_kernel(table, slots, bag, gy, zero, out):
 
 def _launch(fn, n, like, *args):
     """Launch the kernel ``fn`` on ``args`` with ``n`` threads, on the stream of ``like``'s device."""
-    fn[blocks_for(n), 256, stream_for(like)](*args)
+    fn[over(n, like)](*args)
 
 
 def _segment_rows_cuda(src, index, weight, bounds, mean, route=None, argmax=None):

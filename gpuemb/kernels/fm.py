@@ -19,7 +19,7 @@ from gpuemb.autograd import Function
 from gpuemb.autograd.backend import get_array_module, is_device_array
 
 from .chunks import chunk_size
-from gpuemb.autograd.launch import blocks_for, kernel, stream_for
+from gpuemb.autograd.launch import kernel, over
 
 
 def fm_ref(emb, reduce=True):
@@ -88,9 +88,8 @@ def fm_backward_cpu(gy, emb):
 
 @kernel
 def _fm_kernel(emb, zero, out):
-    k = cuda.grid(1)
     F, D = emb.shape[1], emb.shape[2]
-    if k < emb.shape[0] * D:
+    for k in range(cuda.grid(1), emb.shape[0] * D, cuda.gridsize(1)):
         b = k // D
         d = k - b * D
         s, q = zero, zero
@@ -103,9 +102,8 @@ def _fm_kernel(emb, zero, out):
 
 @kernel
 def _fm_backward_kernel(gy, emb, zero, out):
-    k = cuda.grid(1)
     F, D = emb.shape[1], emb.shape[2]
-    if k < emb.shape[0] * D:
+    for k in range(cuda.grid(1), emb.shape[0] * D, cuda.gridsize(1)):
         b = k // D
         d = k - b * D
         s = zero
@@ -119,13 +117,13 @@ def _fm_backward_kernel(gy, emb, zero, out):
 def fm_cuda(emb, reduce=True):
     B, _, D = emb.shape
     out = get_array_module(emb).empty((B, D), dtype=emb.dtype)
-    _fm_kernel[blocks_for(B * D), 256, stream_for(emb)](emb, emb.dtype.type(0), out)
+    _fm_kernel[over(B * D, emb)](emb, emb.dtype.type(0), out)
     return out.sum(axis=1, keepdims=True) if reduce else out
 
 
 def fm_backward_cuda(gy, emb):
     out = get_array_module(emb).empty(emb.shape, dtype=emb.dtype)
-    _fm_backward_kernel[blocks_for(emb.shape[0] * emb.shape[2]), 256, stream_for(emb)](gy, emb, emb.dtype.type(0),
+    _fm_backward_kernel[over(emb.shape[0] * emb.shape[2], emb)](gy, emb, emb.dtype.type(0),
                                                                                       out)
     return out
 

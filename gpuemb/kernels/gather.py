@@ -21,7 +21,7 @@ from numba import cuda
 
 from gpuemb.autograd.backend import aligned_empty, get_array_module, is_device_array
 
-from gpuemb.autograd.launch import blocks_for, kernel, stream_for
+from gpuemb.autograd.launch import kernel, over
 
 
 def gather_rows_ref(table, idx):
@@ -46,9 +46,8 @@ def gather_rows_cpu(table, idx):
 
 @kernel
 def _gather_rows_kernel(table, idx, out):
-    k = cuda.grid(1)
     D = table.shape[1]
-    if k < idx.shape[0] * D:
+    for k in range(cuda.grid(1), idx.shape[0] * D, cuda.gridsize(1)):
         i = k // D
         d = k - i * D
         out[i, d] = table[idx[i], d]
@@ -57,7 +56,7 @@ def _gather_rows_kernel(table, idx, out):
 def gather_rows_cuda(table, idx):
     out = get_array_module(table).empty((idx.shape[0], table.shape[1]), dtype=table.dtype)
     n = idx.shape[0] * table.shape[1]
-    _gather_rows_kernel[blocks_for(n), 256, stream_for(table)](table, idx, out)
+    _gather_rows_kernel[over(n, table)](table, idx, out)
     return out
 
 
@@ -91,9 +90,8 @@ def scatter_rows_cpu(table, idx, values):
 
 @kernel
 def _scatter_rows_kernel(table, idx, values):
-    k = cuda.grid(1)
     D = table.shape[1]
-    if k < idx.shape[0] * D:
+    for k in range(cuda.grid(1), idx.shape[0] * D, cuda.gridsize(1)):
         i = k // D
         d = k - i * D
         table[idx[i], d] = values[i, d]
@@ -102,7 +100,7 @@ def _scatter_rows_kernel(table, idx, values):
 def scatter_rows_cuda(table, idx, values):
     n = idx.shape[0] * table.shape[1]
     if n:
-        _scatter_rows_kernel[blocks_for(n), 256, stream_for(table)](table, idx, values)
+        _scatter_rows_kernel[over(n, table)](table, idx, values)
 
 
 def scatter_rows(table, idx, values):

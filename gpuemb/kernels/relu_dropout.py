@@ -30,7 +30,7 @@ from numba import cuda
 from gpuemb.autograd.backend import get_array_module, is_device_array
 from gpuemb.autograd.function import Function
 
-from gpuemb.autograd.launch import blocks_for, kernel, stream_for
+from gpuemb.autograd.launch import kernel, over
 from .philox import MASK32, SHIFT32, philox4x32_10_cpu, philox4x32_10_device, random_bits_ref, split64
 
 
@@ -220,9 +220,8 @@ def relu_dropout_cpu(x, p, seed=0, step=0, training=True, relu=True, bias=None, 
 
 @kernel(cache=False)
 def _relu_dropout_kernel(x, out, mask, bias, s0, s1, t0, t1, thr, scale, row0, relu):
-    k = cuda.grid(1)
     words = mask.shape[1]
-    if k < x.shape[0] * words:
+    for k in range(cuda.grid(1), x.shape[0] * words, cuda.gridsize(1)):
         r = k // words
         w = k - r * words
         mask[r, w] = _build_word_device(x, out, r, w, bias, s0, s1, t0, t1, thr, scale, row0, relu)
@@ -232,7 +231,7 @@ def relu_dropout_cuda(x, p, seed=0, step=0, training=True, relu=True, bias=None,
                       row0=0):
     out, mask, args = _launch_args(x, p, seed, step, training, bias, out, words_per_row, row0)
     n = mask.size
-    _relu_dropout_kernel[blocks_for(n), 256, stream_for(x)](x, out, mask, *args, relu)
+    _relu_dropout_kernel[over(n, x)](x, out, mask, *args, relu)
     return out, mask
 
 
@@ -277,9 +276,8 @@ def _relu_dropout_backward_cpu(gy, mask, scale, gx, sums):
 
 @kernel
 def _relu_dropout_backward_kernel(gy, mask, scale, gx):
-    k = cuda.grid(1)
     cols = gy.shape[1]
-    if k < gy.shape[0] * cols:
+    for k in range(cuda.grid(1), gy.shape[0] * cols, cuda.gridsize(1)):
         r = k // cols
         c = k - r * cols
         if (mask[r, c >> 5] >> (c & 31)) & 1:
@@ -313,7 +311,7 @@ def relu_dropout_backward_cpu(gy, mask, scale, out=None):
 
 def relu_dropout_backward_cuda(gy, mask, scale, out=None):
     gx, scale = _backward_args(gy, mask, scale, out)
-    _relu_dropout_backward_kernel[blocks_for(gy.size), 256, stream_for(gy)](gy, mask, scale, gx)
+    _relu_dropout_backward_kernel[over(gy.size, gy)](gy, mask, scale, gx)
     return gx
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from numba import cuda
 
 from gpuemb.autograd.backend import get_array_module, is_device_array
-from gpuemb.autograd.launch import blocks_for, kernel, stream_for
+from gpuemb.autograd.launch import kernel, over
 from gpuemb.kernels.philox import philox4x32_10_cpu, philox4x32_10_device, split64
 
 KINDS = {"zeros": 0, "uniform": 1, "normal": 2, "truncated_normal": 3}
@@ -93,11 +93,10 @@ def _draw(keys, draw, kind, scale, s0, s1, out):
 
 @kernel
 def _draw_kernel(keys, draw, kind, scale, s0, s1, out):
-    k = cuda.grid(1)
     D = out.shape[1]
     width = 4 if draw == 2 else 1
     groups = (D + width - 1) // width
-    if k < keys.shape[0] * groups:
+    for k in range(cuda.grid(1), keys.shape[0] * groups, cuda.gridsize(1)):
         i = k // groups
         g = k - i * groups
         v = _group_gpu(keys[i], g, 0, draw, kind, s0, s1)
@@ -120,7 +119,7 @@ def initial_weights(initializer, keys, dim, dtype="float32"):
         scale = initializer.scale_for(dim)
         if is_device_array(keys):
             groups = keys.shape[0] * -(-dim // _width(initializer.draw))
-            _draw_kernel[blocks_for(groups), 256, stream_for(out)](keys.view(np.uint64), initializer.draw, kind,
+            _draw_kernel[over(groups, out)](keys.view(np.uint64), initializer.draw, kind,
                                                                      scale, s0, s1, out)
         else:
             _draw(keys.view(np.uint64), initializer.draw, kind, scale, s0, s1, out)

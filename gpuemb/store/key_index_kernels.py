@@ -27,7 +27,7 @@ import numpy as np
 from numba import cuda
 
 from gpuemb.autograd.backend import get_array_module
-from gpuemb.autograd.launch import blocks_for, kernel, stream_for
+from gpuemb.autograd.launch import kernel, over
 from gpuemb.io.hashing import splitmix64_finalizer
 
 EMPTY = np.int64(-(1 << 63))
@@ -160,17 +160,15 @@ def _claim_row_cuda(keys, k):
 
 @kernel
 def _lookup_kernel(keys, slots, batch, want_slots, out):
-    i = cuda.grid(1)
-    if i < batch.shape[0]:
+    for i in range(cuda.grid(1), batch.shape[0], cuda.gridsize(1)):
         p = _row_cuda(keys, slots, batch[i])
         out[i] = max(slots[p], NO_SLOT) if p >= 0 and want_slots else p
 
 
 @kernel
 def _claim_kernel(keys, slots, batch, pos, fresh):
-    i = cuda.grid(1)
     n = batch.shape[0]
-    if i < n:
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         p, claimed = _claim_row_cuda(keys, batch[i])
         if claimed:
             cuda.atomic.add(fresh, 0, 1)
@@ -182,9 +180,8 @@ def _claim_kernel(keys, slots, batch, pos, fresh):
 
 @kernel
 def _mark_new_kernel(slots, pos, is_new):
-    i = cuda.grid(1)
     n = pos.shape[0]
-    if i < n:
+    for i in range(cuda.grid(1), n, cuda.gridsize(1)):
         p = pos[i]
         # The winner's reset to CLAIMED cannot fool a loser: no marker equals CLAIMED.
         is_new[i] = slots[p] == i - n - 2
@@ -194,8 +191,7 @@ def _mark_new_kernel(slots, pos, is_new):
 
 @kernel
 def _rehash_kernel(old_keys, old_slots, keys, slots):
-    q = cuda.grid(1)
-    if q < old_keys.shape[0] - 2:
+    for q in range(cuda.grid(1), old_keys.shape[0] - 2, cuda.gridsize(1)):
         k = old_keys[q]
         if k != EMPTY and k != TOMB:
             p, _ = _claim_row_cuda(keys, k)  # the keys are distinct, so every claim wins
@@ -204,31 +200,31 @@ def _rehash_kernel(old_keys, old_slots, keys, slots):
 
 @kernel
 def _assign_kernel(slots, pos, values, where):
-    i = cuda.grid(1)
-    if i < pos.shape[0] and where[i]:
-        slots[pos[i]] = values[i]
+    for i in range(cuda.grid(1), pos.shape[0], cuda.gridsize(1)):
+        if where[i]:
+            slots[pos[i]] = values[i]
 
 
 def lookup_cuda(keys, slots, batch, want_slots, out):
-    _lookup_kernel[blocks_for(batch.shape[0]), 256, stream_for(batch)](keys, slots, batch, want_slots, out)
+    _lookup_kernel[over(batch.shape[0], batch)](keys, slots, batch, want_slots, out)
 
 
 def claim_cuda(keys, slots, batch, pos, is_new):
     """The CUDA twin of ``claim_cpu``: claim then mark, two launches because marking needs every claim done."""
     fresh = get_array_module(batch).zeros(1, dtype=np.int64)
-    blocks, stream = blocks_for(batch.shape[0]), stream_for(batch)
-    _claim_kernel[blocks, 256, stream](keys, slots, batch, pos, fresh)
-    _mark_new_kernel[blocks, 256, stream](slots, pos, is_new)
+    launch = over(batch.shape[0], batch)
+    _claim_kernel[launch](keys, slots, batch, pos, fresh)
+    _mark_new_kernel[launch](slots, pos, is_new)
     return fresh  # left on the device: the index adds it to its count there, unread
 
 
 def rehash_cuda(old_keys, old_slots, keys, slots):
-    _rehash_kernel[blocks_for(old_keys.shape[0] - 2), 256, stream_for(keys)](old_keys, old_slots, keys, slots)
+    _rehash_kernel[over(old_keys.shape[0] - 2, keys)](old_keys, old_slots, keys, slots)
 
 
 def assign_cuda(slots, pos, values, where):
     """A masked scatter in one launch: the unset positions may repeat a set one (a fixed-size unique's padding)."""
-    _assign_kernel[blocks_for(pos.shape[0]), 256, stream_for(pos)](slots, pos, values, where)
+    _assign_kernel[over(pos.shape[0], pos)](slots, pos, values, where)
 
 
 CUDA = Kernels(lookup_cuda, claim_cuda, rehash_cuda, assign_cuda)

@@ -14,7 +14,7 @@ from numba import cuda
 
 from gpuemb.autograd import backend
 from gpuemb.autograd.backend import get_array_module, is_device_array
-from gpuemb.autograd.launch import blocks_for, kernel, stream_for
+from gpuemb.autograd.launch import kernel, over
 from gpuemb.io.hashing import GOLDEN
 
 _U = np.uint64
@@ -41,8 +41,7 @@ _mix_device = cuda.jit(device=True)(_mix)
 
 @kernel
 def _mix_kernel(keys, spaces, invert, out):
-    i = cuda.grid(1)
-    if i < keys.shape[0]:
+    for i in range(cuda.grid(1), keys.shape[0], cuda.gridsize(1)):
         out[i] = _mix_device(keys[i], np.uint64(spaces[i]) + np.uint64(1), invert)
 
 
@@ -53,7 +52,7 @@ def _mixed(keys, space, invert):
         spaces = xp.broadcast_to(xp.asarray(space, dtype=np.int32), keys.shape)
         flat, spaces = keys.reshape(-1), xp.ascontiguousarray(spaces.astype(np.int32, copy=False)).reshape(-1)
         out = xp.empty(flat.shape[0], np.uint64)
-        _mix_kernel[blocks_for(flat.shape[0]), 256, stream_for(flat)](flat.view(np.uint64), spaces, invert, out)
+        _mix_kernel[over(flat.shape[0], flat)](flat.view(np.uint64), spaces, invert, out)
         return out.view(np.int64).reshape(keys.shape)
     step = _U(space + 1) if np.isscalar(space) else np.asarray(space).astype(np.uint64) + _U(1)
     with np.errstate(over="ignore"):  # the hash wraps around 2**64 on purpose

@@ -24,7 +24,7 @@ import numpy as np
 from numba import cuda
 
 from gpuemb.autograd.backend import is_device_array
-from gpuemb.autograd.launch import blocks_for, kernel, stream_for
+from gpuemb.autograd.launch import kernel, over
 from gpuemb.kernels.philox import philox4x32_10, philox4x32_10_cpu, philox4x32_10_device, split64
 
 ROUNDINGS = ("nearest", "stochastic")  # how float32 weights are rounded to float16 rows
@@ -87,9 +87,8 @@ def _round_cpu(bits, keys, steps, s0, s1, first, g0, g1, out):
 
 @kernel
 def _round_kernel(bits, keys, steps, s0, s1, first, g0, g1, out):
-    t = cuda.grid(1)
     G = g1 - g0
-    if t < bits.shape[0] * G:
+    for t in range(cuda.grid(1), bits.shape[0] * G, cuda.gridsize(1)):
         i = t // G
         g = g0 + t - i * G
         k = keys[i]
@@ -111,7 +110,7 @@ def stochastic_round(x, keys, steps, seed, out, first=0):
     s0, s1 = split64(seed)
     g0, g1 = _groups(first, D)
     if is_device_array(x):
-        _round_kernel[blocks_for(n * (g1 - g0)), 256, stream_for(x)](bits, keys, steps, s0, s1, first, g0, g1, dst)
+        _round_kernel[over(n * (g1 - g0), x)](bits, keys, steps, s0, s1, first, g0, g1, dst)
     elif n:
         _round_cpu(bits, keys, steps, s0, s1, first, g0, g1, dst)
     return out
