@@ -74,7 +74,10 @@ def _report(error):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if os.environ.get("GPUEMB_TRACEBACK") == "1":
         traceback.print_exception(error)
-    print(text, file=sys.stderr, flush=True)
+    # one write: a non-terminal stderr writes through, so print() wrote the line and its newline apart, and under
+    # mpiexec two ranks' lines came out as one (gpuemb/train/cli.py's tell, which this module cannot import yet)
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
     return code
 
 

@@ -197,8 +197,9 @@ class Communicator:
 
     def abort(self, message):
         """Print ``message`` as one line naming this rank, and end every rank with exit status 1."""
-        print(f"gpuemb.comm: rank {self.rank} of {self.world_size}: {message}; aborting every rank",
-              file=sys.stderr, flush=True)
+        # one write, so that the line stays whole among the other ranks' (gpuemb/train/cli.py, tell)
+        sys.stderr.write(f"gpuemb.comm: rank {self.rank} of {self.world_size}: {message}; aborting every rank\n")
+        sys.stderr.flush()
         self._abort_world()
 
     def close(self):

@@ -28,6 +28,13 @@ PROG = "train.py"
 FIRST_COMPILE_S = 40  # the default run's first compile, measured on a 2-core machine: what a first run waits
 
 
+def tell(line):
+    """``line`` on stderr in one write. A non-terminal stderr writes through, so ``print`` wrote a line and its
+    newline apart, and under ``mpiexec`` two ranks' lines once came out as one."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose errors are one line (what was wrong, and where the flags are listed) and exit code 2."""
 
@@ -153,7 +160,7 @@ class ProgressBar(Reporter):
         elif record["kind"] == "checkpoint":
             self._line(f"step {record['step']:6d}  checkpoint {record['path']}")
         elif record["kind"] == "warning":  # on stderr, where a script that reads the lines above looks for trouble
-            print(f"{PROG}: warning: {record['message']}", file=sys.stderr, flush=True)
+            tell(f"{PROG}: warning: {record['message']}")
 
     def _train_rate(self, record):
         """The record's rate, but for the first record, whose steps include the first one (and its compiling):
@@ -214,18 +221,18 @@ def main(argv=None, description=None, comm=None):
             reporter.compiling = compiling
             summary = train(config, reporter, comm)
     except TrainError as e:
-        print(f"{PROG}: error{where}: {e}", file=sys.stderr)
+        tell(f"{PROG}: error{where}: {e}")
         return e.exit_code
     except (StoreError, DataError) as e:  # a cache too small for a batch, a shard that went bad while read
-        print(f"{PROG}: error{where}: {e}", file=sys.stderr, flush=True)
+        tell(f"{PROG}: error{where}: {e}")
         if several:
             # this rank's alone (say, the one rank whose table overflows): the others would wait in their next
             # collective for the whole timeout, so end them now
             comm.abort("stopped by the error above")
         return 1
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM, which tools/_entry.py raises as a KeyboardInterrupt
-        print(f"{PROG}: {str(e) or 'interrupted'}{where}; --resume continues from the last checkpoint, if one was "
-              "written", file=sys.stderr)
+        tell(f"{PROG}: {str(e) or 'interrupted'}{where}; --resume continues from the last checkpoint, if one was "
+             "written")
         return getattr(e, "exit_code", 130)
     if lead:
         print(summary_line(summary, compiling.seconds - reporter.compiled_before))
