@@ -326,7 +326,7 @@ def _row_dots_kernel(table, slots, bag, gy, zero, out):
 
 
 def _launch(fn, n, like, *args):
-    """Launch the kernel ``fn`` on ``args`` with ``n`` threads, on the stream of ``like``'s device."""
+    """Launch the kernel ``fn`` on ``args`` over ``n`` items (``launch.over``), on the stream of ``like``'s device."""
     fn[over(n, like)](*args)
 
 
