@@ -70,7 +70,7 @@ class ShardedEmbeddingCollection(Module):
         self.streams, self.groups = streams_of(self.plan, names)
         # where the plan makes several hosts, keyed bags' partials combine within a host first (host_relay.py);
         # None: the single-level exchange
-        L = relay_hosts(self.plan, comm.world_size)
+        L = relay_hosts(self.plan.local_ranks, comm.world_size)
         self.relay = HostRelay(L, comm.rank, comm.world_size, self.streams, self.groups) if L else None
         self.local_streams = [s for s, st in enumerate(self.streams) if st.held_by(comm.rank)]
         self.replicas = {c.name: (self.shards[c.name], np.flatnonzero(self.table_of == t))

@@ -174,7 +174,7 @@ def rank_costs(plan):
     ``grid``, as the row-wise parts of its column ranges, and in a plan of several hosts the pooled bags of keyed
     placements as the two-level exchange sends them: ``hierarchical.costs_on_hosts``)."""
     from .hierarchical import costs_on_hosts, relay_hosts  # they build on this module's costs
-    totals, hosts = [RankCost() for _ in range(plan.world_size)], relay_hosts(plan, plan.world_size)
+    totals, hosts = [RankCost() for _ in range(plan.world_size)], relay_hosts(plan.local_ranks, plan.world_size)
     for placement in plan.placements:
         costs = costs_on_hosts(placement, plan.world_size, plan.batch_size, plan.codec, hosts)
         totals = [t + c for t, c in zip(totals, costs)]

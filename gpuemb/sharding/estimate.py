@@ -241,7 +241,7 @@ def estimate_step(plan, link, profile, skews=None, hot=None, dense_bytes=0, loca
     near = _near(plan, local_link)
     if near is not None and plan.local_ranks == W:
         link, near = local_link, None  # one host: every peer is on the local link
-    st = _Step(W, near, relay_hosts(plan, W))
+    st = _Step(W, near, relay_hosts(plan.local_ranks, W))
     row_tables = 0
     for p in plan.placements:
         spec, skew = p.table, skews.get(p.table.name)

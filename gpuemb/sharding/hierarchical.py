@@ -29,12 +29,11 @@ def check_hosts(world_size, local_ranks, owner="local_ranks"):
     return world_size // local_ranks
 
 
-def relay_hosts(plan, world_size):
+def relay_hosts(local_ranks, world_size):
     """The ranks of a host where keyed partials of bags go by relay, combined within a host before they cross
-    (``gpuemb/distributed/host_relay.py``), else None: the plan's ``local_ranks`` where it makes more than one
-    host of more than one rank."""
-    L = plan.local_ranks
-    return L if L is not None and 1 < L < world_size else None
+    (``gpuemb/distributed/host_relay.py``), else None: ``local_ranks`` (a plan's, None where it states no hosts)
+    where it makes more than one host of more than one rank."""
+    return local_ranks if local_ranks is not None and 1 < local_ranks < world_size else None
 
 
 def column_split(dim, n, name="table"):

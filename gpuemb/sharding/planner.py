@@ -37,7 +37,7 @@ from gpuemb.comm.link import PRESETS as LINKS
 from .cost import (CODEC_BYTES, DEVICE_KEY_BYTES, HOMES, Memory, RankCost, human_bytes, row_bytes, shard_memory,
                    unique_rows)
 from .estimate import estimate_step
-from .hierarchical import check_hosts, costs_on_hosts, grid_placement, table_row_placement
+from .hierarchical import check_hosts, costs_on_hosts, grid_placement, relay_hosts, table_row_placement
 from .plan import HOST_KINDS, Placement, Plan, Shard
 from .profile import PROFILES
 from .spec import RankBudget, TableSpec
@@ -71,7 +71,7 @@ class _Ranks:
     def commit(self, placement):
         if placement is None:
             return None
-        hosts = self.local_ranks if 1 < self.local_ranks < self.W else None  # hierarchical.relay_hosts
+        hosts = relay_hosts(self.local_ranks, self.W)
         for r, c in enumerate(costs_on_hosts(placement, self.W, self.batch_size, self.codec, hosts)):
             self.cost[r] += c
             self.free[r] -= c.memory

@@ -16,9 +16,9 @@ SPECS = [TableSpec("a", 1000, 8), TableSpec("b", 4000, 8)]
 
 
 def test_a_plan_relays_only_over_several_hosts_of_several_ranks():
-    assert relay_hosts(plan_hosts(SPECS, 4, 2, "table_row"), 4) == 2
-    assert relay_hosts(plan_hosts(SPECS, 4, 4, "table_row"), 4) is None  # one host: nothing crosses
-    assert relay_hosts(plan_hosts(SPECS, 4, 1, "table_row"), 4) is None  # a rank a host: nothing to combine
+    assert relay_hosts(plan_hosts(SPECS, 4, 2, "table_row").local_ranks, 4) == 2
+    assert relay_hosts(plan_hosts(SPECS, 4, 4, "table_row").local_ranks, 4) is None  # one host: nothing crosses
+    assert relay_hosts(plan_hosts(SPECS, 4, 1, "table_row").local_ranks, 4) is None  # a rank a host: nothing to combine
 
 
 def test_a_keyed_partial_goes_to_the_rank_of_its_requesters_local_rank_on_the_owners_host(rng):
