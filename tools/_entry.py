@@ -74,11 +74,16 @@ def _report(error):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if os.environ.get("GPUEMB_TRACEBACK") == "1":
         traceback.print_exception(error)
-    # one write: a non-terminal stderr writes through, so print() wrote the line and its newline apart, and under
-    # mpiexec two ranks' lines came out as one (gpuemb/train/cli.py's tell, which this module cannot import yet)
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
+    tell(text)
     return code
+
+
+def tell(line):
+    """``line`` on stderr in one write: a non-terminal stderr writes through, so print() wrote the line and its
+    newline apart, and under mpiexec two ranks' lines came out as one (gpuemb/train/cli.py's tell, for the code
+    that runs once gpuemb is imported; a tool's own lines before that come here)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def _uncaught(kind, error, tb):

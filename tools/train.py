@@ -15,9 +15,10 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runpy.run_path leaves tools/ off the path
+import _entry  # noqa: E402 (light: the standard library only)
+
 if __name__ == "__main__":  # before the heavy imports, so that an error or a Ctrl-C while they load is one line
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runpy.run_path leaves tools/ off the path
-    import _entry
     _entry.guard()
 
 
@@ -67,10 +68,10 @@ def main(argv=None):
         from gpuemb import comm
     except ValueError as e:  # the backend refuses a name it does not know
         where = "argument --device" if isinstance(device, str) else "GPUEMB_DEVICE"
-        print(f"train.py: error: {where}: invalid choice: {os.environ['GPUEMB_DEVICE']!r} ({e})", file=sys.stderr)
+        _entry.tell(f"train.py: error: {where}: invalid choice: {os.environ['GPUEMB_DEVICE']!r} ({e})")
         return 2
     except Exception as e:  # DeviceUnavailableError: a message, not a traceback
-        print(f"train.py: {e}", file=sys.stderr)
+        _entry.tell(f"train.py: {e}")
         return 2
     use_local_gpu(backend)
     comm_backend, link = early_flag(argv, "comm-backend"), early_flag(argv, "link")
@@ -78,12 +79,12 @@ def main(argv=None):
     try:  # a bad --link is refused before MPI starts, in the full parse's words
         comm.link.parse_link(link, "--link")
     except ValueError as e:
-        print(f"train.py: error: argument --link: {str(e).removeprefix('--link ')}", file=sys.stderr)
+        _entry.tell(f"train.py: error: argument --link: {str(e).removeprefix('--link ')}")
         return 2
     try:
         world = comm.init(comm_backend if comm_backend in comm.BACKENDS else "auto", link=link)
     except (comm.CommError, ValueError) as e:  # local in a job of several ranks, nccl without a GPU, no mpi4py
-        print(f"train.py: error: --comm-backend: {e}", file=sys.stderr)
+        _entry.tell(f"train.py: error: --comm-backend: {e}")
         return 2
     from gpuemb.train.cli import main as train_main
     return train_main(argv, __doc__, world)

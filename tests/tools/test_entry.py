@@ -139,3 +139,36 @@ def test_every_extra_is_in_the_readme_and_the_extras_named_exist():
     listed = re.findall(r"^\| `([\w-]+)` \|", (root / "README.md").read_text(), re.M)
     assert sorted(set(extras) - set(listed)) == [], "README's extras table misses these"
     assert set(_entry().EXTRAS.values()) <= set(extras)
+
+
+class _Writes:
+    """A stderr that keeps each write apart."""
+
+    def __init__(self):
+        self.writes = []
+
+    def write(self, text):
+        self.writes.append(text)
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("argv", [["--link", "warp9"], ["--comm-backend", "nccl"]])
+def test_train_startup_errors_are_one_write_each(argv, monkeypatch):
+    """train.py's own errors before its flags are parsed (a link that does not exist, NCCL on a machine without a
+    GPU): a line and its newline in one write, so that two ranks' lines under mpiexec cannot interleave (print
+    writes them apart)."""
+    spec = importlib.util.spec_from_file_location("train_tool", TOOLS / "train.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    monkeypatch.setenv("GPUEMB_DEVICE", "cpu")
+    writes = _Writes()
+    monkeypatch.setattr(sys, "stderr", writes)
+    try:
+        code = tool.main(argv)
+    finally:
+        os.environ.pop("GPUEMB_DEVICE", None)  # main() sets it for --device; monkeypatch restores the rest
+    assert code == 2
+    assert len(writes.writes) == 1 and writes.writes[0].startswith("train.py: error: ") \
+        and writes.writes[0].endswith("\n") and writes.writes[0].count("\n") == 1, writes.writes
