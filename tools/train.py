@@ -74,17 +74,27 @@ def main(argv=None):
         _entry.tell(f"train.py: {e}")
         return 2
     use_local_gpu(backend)
-    comm_backend, link = early_flag(argv, "comm-backend"), early_flag(argv, "link")
+    comm_backend, link, local = (early_flag(argv, name) for name in ("comm-backend", "link", "local-link"))
     link = link if isinstance(link, str) else None  # None: $GPUEMB_COMM_LINK, else none
-    try:  # a bad --link is refused before MPI starts, in the full parse's words
-        comm.link.parse_link(link, "--link")
-    except ValueError as e:
-        _entry.tell(f"train.py: error: argument --link: {str(e).removeprefix('--link ')}")
+    local = local if isinstance(local, str) else None
+    for flag, text in (("--link", link), ("--local-link", local)):
+        try:  # a bad link is refused before MPI starts, in the full parse's words
+            comm.link.parse_link(text, flag)
+        except ValueError as e:
+            _entry.tell(f"train.py: error: argument {flag}: {str(e).removeprefix(flag + ' ')}")
+            return 2
+    if comm.link.parse_link(local) is not None and comm.link.parse_link(link) is None \
+            and comm.link.link_from_env() is None:
+        _entry.tell(f"train.py: error: argument --local-link: {local} is the link within a host, and there is no "
+                    "--link between hosts; give --link too (e.g. --link ib400 --local-link nvlink4)")
         return 2
     try:
-        world = comm.init(comm_backend if comm_backend in comm.BACKENDS else "auto", link=link)
-    except (comm.CommError, ValueError) as e:  # local in a job of several ranks, nccl without a GPU, no mpi4py
+        world = comm.init(comm_backend if comm_backend in comm.BACKENDS else "auto", link=link, local_link=local)
+    except comm.CommError as e:  # local in a job of several ranks, nccl without a GPU, no mpi4py
         _entry.tell(f"train.py: error: --comm-backend: {e}")
+        return 2
+    except ValueError as e:  # $GPUEMB_COMM_TIMEOUT, or the hosts of --local-link: each names what is wrong
+        _entry.tell(f"train.py: error: {e}")
         return 2
     from gpuemb.train.cli import main as train_main
     return train_main(argv, __doc__, world)

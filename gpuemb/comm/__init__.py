@@ -49,7 +49,7 @@ def _mpi(timeout_s):
     return MpiCommunicator(timeout_s)
 
 
-def init(backend="auto", timeout_s=None, link=None):
+def init(backend="auto", timeout_s=None, link=None, local_link=None):
     """A Communicator of ``backend``: auto, local, mpi or nccl; over a modelled ``link`` where one is given.
 
     auto: local for one rank, else nccl on a GPU and mpi on the CPU. ``timeout_s`` bounds every collective
@@ -57,12 +57,19 @@ def init(backend="auto", timeout_s=None, link=None):
     Under MPI, an uncaught exception on any rank aborts every rank too. ``init`` itself is bounded the same way.
     ``link``: a ``Link``, or a preset's name or ``LAT_US:GBPS`` (``link.py``), or none (default
     ``$GPUEMB_COMM_LINK``, else none): every collective then also waits out that link's time (``modelled.py``).
+    ``local_link``: the same, for the link between the ranks of one host (``gpuemb.distributed.hosts``: hosts
+    declared in ``$GPUEMB_LOCAL_RANKS``, else the launcher's); ``link`` is then the link between hosts.
     """
     if backend not in BACKENDS:
         raise ValueError(f"gpuemb.comm.init: backend={backend!r}; use one of {', '.join(BACKENDS)}")
     timeout_s = resolve_timeout(timeout_s)
     if not isinstance(link, Link):  # a bad name fails here, before MPI starts
         link = link_from_env() if link is None else parse_link(link)
+    if not (local_link is None or isinstance(local_link, Link)):
+        local_link = parse_link(local_link, "local link")
+    if local_link is not None and link is None:
+        raise ValueError(f"gpuemb.comm.init: a local link ({local_link.name}) without a link between hosts; give "
+                         "link too (e.g. --link ib400 --local-link nvlink4)")
     # MPI_Init and ncclCommInitRank wait for every rank inside C code, where no Python watchdog can run; a rank
     # that died before init would leave the others there forever. faulthandler's timer is a C thread: past the
     # deadline it prints "Timeout" with the traceback (ending in this function) and exits with status 1.
@@ -71,7 +78,16 @@ def init(backend="auto", timeout_s=None, link=None):
         inner = _start(backend, timeout_s)
     finally:
         faulthandler.cancel_dump_traceback_later()
-    return inner if link is None else ModelledCommunicator(inner, link)
+    if link is None:
+        return inner
+    if local_link is None:
+        return ModelledCommunicator(inner, link)
+    from gpuemb.distributed.hosts import local_ranks  # a step up from here: the hosts are the sharding's too
+    try:
+        L = local_ranks(inner)
+    except ValueError as e:
+        raise ValueError(f"the hosts of the local link {local_link.name}: {e}") from None
+    return ModelledCommunicator(inner, link, local_link=local_link, local_ranks=L)
 
 
 def _start(backend, timeout_s):

@@ -13,6 +13,14 @@ training loop calls it as a step begins and as it ends (``Cluster.begin_step``, 
 step open begins one and the next ends it. ``step_summary()`` gives compute, communication and exposed
 communication per step since its last call, once per train record.
 
+Hosts: given ``local_link`` and ``local_ranks`` L (ranks ``[h·L, (h + 1)·L)`` make host h), an alltoallv's
+peers on this rank's host are reached over ``local_link`` (e.g. NVLink) and the others over ``link`` (e.g.
+InfiniBand), as ``gpuemb.sharding.estimate`` prices them: each link carries one message a peer on it and the larger
+of what the rank sends and receives over it, the header crosses hosts, and the two links move at once, so the
+collective takes the slower of the two. The ring collectives cross hosts and stay on ``link``. With one host
+(L = W) every peer is on ``local_link``. The split needs the counts a peer on the host: read from the device where
+they are there, one synchronization an alltoallv that only a run with hosts pays.
+
 The clock is ``clock.now()`` and ``clock.wait_until(t)``: ``WallClock`` by default, and a test passes a
 ``ManualClock`` to see the waits without timing anything.
 """
@@ -21,7 +29,10 @@ import dataclasses
 import threading
 import time
 
+import numpy as np
+
 from gpuemb.autograd import backend
+from gpuemb.autograd.backend import to_host
 
 from . import traffic
 from .base import row_bytes
@@ -64,10 +75,22 @@ class ManualClock:
 class ModelledCommunicator:
     """``inner``'s collectives over ``link`` (a ``link.Link``), recorded on a timeline; see the module docstring."""
 
-    def __init__(self, inner, link, clock=None):
+    def __init__(self, inner, link, clock=None, local_link=None, local_ranks=None):
         self.inner, self.link, self.clock = inner, link, clock or WallClock()
         self.rank, self.world_size, self.local_rank = inner.rank, inner.world_size, inner.local_rank
         self.timeout_s, self.name = inner.timeout_s, f"{inner.name} over {link.name}"
+        self.local_link, self.near = None, None  # near[p]: peer p shares this rank's host (None: no hosts)
+        if local_link is not None:
+            W, L = self.world_size, local_ranks
+            if not (isinstance(L, int) and 0 < L <= W and W % L == 0):
+                raise ValueError(f"ModelledCommunicator: local_ranks={L!r} for a local link; give the ranks of a "
+                                 f"host, a divisor of the {W} ranks")
+            if L == W:  # one host: every peer is on the local link
+                self.link, self.name = local_link, f"{inner.name} over {local_link.name}"
+            elif L > 1:
+                self.local_link, self.name = local_link, f"{self.name} between hosts of {L}, {local_link.name} within"
+                host = np.arange(W) // L
+                self.near = (host == host[self.rank]) & (np.arange(W) != self.rank)
         self._timeline = Timeline()
         self._deferred = threading.local()
 
@@ -82,10 +105,24 @@ class ModelledCommunicator:
     def alltoallv(self, send, send_counts, tag="alltoallv"):
         issued, before = self.clock.now(), self.bytes_sent[tag]
         recv, recv_counts = self.inner.alltoallv(send, send_counts, tag)
+        if self.near is not None:
+            self._settle("alltoallv", tag, issued, *self._over_hosts(send, send_counts, recv_counts))
+            return recv, recv_counts
         sent = self.bytes_sent[tag] - before  # counted by the backend: no second read of counts on a GPU
         received = int(recv_counts.sum() - recv_counts[self.rank]) * row_bytes(send)
         self._settle("alltoallv", tag, issued, traffic.alltoallv(self.world_size, sent, received))
         return recv, recv_counts
+
+    def _over_hosts(self, send, send_counts, recv_counts):
+        """``(far, near)``: an alltoallv's (messages, bytes) between hosts and within this rank's (module
+        docstring)."""
+        sent = np.asarray(to_host(send_counts), np.int64) * row_bytes(send)
+        received = np.asarray(to_host(recv_counts), np.int64) * row_bytes(send)
+        near = self.near
+        far = ~near
+        far[self.rank] = False
+        return ((int(far.sum()), int(max(sent[far].sum(), received[far].sum()))),
+                (int(near.sum()), int(max(sent[near].sum(), received[near].sum()))))
 
     def allreduce(self, x, op="sum", tag="allreduce"):
         issued = self.clock.now()
@@ -116,12 +153,16 @@ class ModelledCommunicator:
         self.inner.barrier()
         self._settle("barrier", "barrier", issued, traffic.barrier(self.world_size))
 
-    def _settle(self, op, tag, issued, payload):
-        """Wait out the link for ``payload`` (messages, bytes) and the header, and record the collective."""
+    def _settle(self, op, tag, issued, payload, near=None):
+        """Wait out the link for ``payload`` (messages, bytes) and the header, and the local link for ``near`` at
+        once, and record the collective."""
         backend.synchronize()  # NCCL only queued the collective: its real time ends when the device is done
         returned = self.clock.now()
         messages, nbytes = traffic.with_header(self.world_size, payload)
         modelled = self.link.seconds(messages, nbytes)
+        if near is not None:  # the two links move at once: the slower one sets the collective's time
+            modelled = max(modelled, self.local_link.seconds(*near))
+            messages, nbytes = messages + near[0], nbytes + near[1]
         self.clock.wait_until(issued + modelled)
         span = Span(op, tag, messages, nbytes, modelled, issued, issued, returned, self.clock.now())
         kept = getattr(self._deferred, "spans", None)
@@ -161,7 +202,9 @@ class ModelledCommunicator:
     def step_summary(self):
         """``{"link", "steps", "compute_s", "comm_s", "exposed_comm_s", "modelled_s"}``: seconds per step,
         averaged over the steps since the last call, which are then forgotten."""
-        return {"link": self.link.name, **self._timeline.summary()}
+        link = self.link.name if self.local_link is None else \
+            f"{self.link.name} between hosts, {self.local_link.name} within"
+        return {"link": link, **self._timeline.summary()}
 
     # -- the rest is the backend's --------------------------------------------------------------------------------
     def abort(self, message):

@@ -308,13 +308,19 @@ class DistributedSettings(Section):
                         "would take (latency + bytes/bandwidth of its algorithm), and train records gain 'link' "
                         "(compute, communication and exposed seconds a step): none, ib100 (InfiniBand HDR100), "
                         "ib400 (NDR), nvlink4 (H100 NVLink), or LAT_US:GBPS", kind="str", resumable=True)
+    local_link: str = setting(None, "with --link, model the ranks of one host (GPUEMB_LOCAL_RANKS or the "
+                              "launcher's) on this link, and --link between hosts: an all-to-all takes the slower "
+                              "of the two (docs/comm.md); a preset or LAT_US:GBPS, as --link", kind="str",
+                              resumable=True)
     overlap_comm: bool = setting(False, "run the collectives on a thread of their own, so that they travel while "
                                  "the step computes: the rows during the bottom MLP, the next batch's key exchange "
                                  "during the backward, the dense allreduce in buckets during the backward; the same "
                                  "bits as without (docs/distributed.md, Overlap)", resumable=True)
 
     def check(self):
-        try:
-            parse_link(self.link, "--link")
-        except ValueError as e:
-            self.fail("link", str(e).removeprefix("--link "))
+        for name in ("link", "local_link"):
+            flag = "--" + name.replace("_", "-")
+            try:
+                parse_link(getattr(self, name), flag)
+            except ValueError as e:
+                self.fail(name, str(e).removeprefix(flag + " "))

@@ -122,9 +122,13 @@ def bad_file(tmp_path, name, text):
      "that concatenates the rows (dcn, wide_deep, mmoe)"),
     (["--link", "ib50"], "argument --link: 'ib50' is not a link; use one of none, ib100, ib400, nvlink4"),
     (lambda t: bad_file(t, "l.toml", 'link = "1:0"\n'), "--link: '1:0' is not a link"),
+    (["--link", "ib100", "--local-link", "warp"], "argument --local-link: 'warp' is not a link; use one of none"),
+    (lambda t: bad_file(t, "ll.toml", 'link = "ib100"\nlocal_link = "1:0"\n'), "--local-link: '1:0' is not a link"),
+    (["--local-link", "nvlink4"], "argument --local-link: nvlink4 is the link within a host, and there is no --link "
+                                  "between hosts; give --link too"),
 ], ids=["flag", "value", "choice", "ssd-cache", "fp16", "tasks", "file-key", "file-syntax", "file-missing",
         "table-dim-shared", "table-dim-zero", "table-dim-text", "table-dim-name", "table-dim-dlrm", "link",
-        "link-file"])
+        "link-file", "local-link", "local-link-file", "local-link-alone"])
 def test_bad_settings_exit_2_with_one_clear_line(tmp_path, args, message):
     out = train(*(args(tmp_path) if callable(args) else args))
     assert out.returncode == 2, out.stderr

@@ -145,23 +145,30 @@ def test_multi_hot_bags_relayed_over_two_hosts_train_like_one_process_with_or_wi
     per owner, and with --overlap-comm the blocking run's bits."""
     args = [*TINY[1:], "--preset", "multihot", "--sharding", "table_row", "--seed", str(rng.integers(1 << 20))]
     runs = []
-    for n, extra in ((1, []), (4, []), (4, ["--overlap-comm"])):
-        out = tmp_path / f"{n}{extra}.jsonl"
+    # the overlapped run over a modelled link of two levels, which only waits: InfiniBand between the hosts
+    links = ["--link", "ib100", "--local-link", "nvlink4"]
+    for n, extra in ((1, []), (4, []), (4, ["--overlap-comm", *links])):
+        out = tmp_path / f"{n}{len(extra)}.jsonl"
         done = mpi_run(n, TRAIN, *args, *extra, "--metrics-out", out, timeout_s=300, GPUEMB_COMM_TIMEOUT="60",
                        GPUEMB_LOCAL_RANKS="2" if n > 1 else "1")
         assert done.returncode == 0, done.stdout + done.stderr
-        runs.append([{k: r[k] for k in SAME if k in r} for r in map(json.loads, out.open())
-                     if r["kind"] in ("train", "eval")])  # not the warning a collapsed model gets
+        records = [r for r in map(json.loads, out.open()) if r["kind"] in ("train", "eval")]
+        runs.append([{k: r[k] for k in SAME if k in r} for r in records])  # not the warning a collapsed model gets
     assert runs[2] == runs[1] and [r["kind"] for r in runs[0]] == ["train", "eval"] * 2
+    link = [r["link"] for r in records if r["kind"] == "train"]
+    assert [k["link"] for k in link] == ["ib100 between hosts, nvlink4 within"] * 2 and link[0]["modelled_s"] > 0
     for one, four in zip(runs[0], runs[1]):
         for k in ("loss", "auc", "log_loss"):
             if k in one:
                 assert four[k] == pytest.approx(one[k], rel=1e-5, abs=1e-6), (k, one, four)
 
 
-def test_a_host_layout_that_does_not_divide_the_ranks_exits_2_with_one_line_per_rank(mpi_run):
-    out = mpi_run(2, TRAIN, "--steps", "2", *SHORT, "--sharding", "table_row", timeout_s=300,
-                  GPUEMB_COMM_TIMEOUT="60", GPUEMB_LOCAL_RANKS="3")
+@pytest.mark.parametrize("flags, where", [(["--sharding", "table_row"], "--sharding table_row"),
+                                          (["--link", "ib100", "--local-link", "nvlink4"],
+                                           "train.py: error: the hosts of the local link nvlink4")])
+def test_a_host_layout_that_does_not_divide_the_ranks_exits_2_with_one_line_per_rank(flags, where, mpi_run):
+    out = mpi_run(2, TRAIN, "--steps", "2", *SHORT, *flags, timeout_s=300, GPUEMB_COMM_TIMEOUT="60",
+                  GPUEMB_LOCAL_RANKS="3")
     assert out.returncode == 2, out.stdout + out.stderr
-    says = "--sharding table_row: GPUEMB_LOCAL_RANKS: 3 ranks a host do not divide the 2 ranks"
+    says = f"{where}: GPUEMB_LOCAL_RANKS: 3 ranks a host do not divide the 2 ranks"
     assert out.stderr.count(says) == 2 and out.stderr.count("\n") <= 2, out.stderr

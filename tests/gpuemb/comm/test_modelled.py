@@ -102,6 +102,40 @@ def test_each_collective_waits_out_its_algorithms_messages_and_bytes(real_s, rng
     np.testing.assert_array_equal(results[2], 4 * results[5])  # the allreduce: the 4 ranks' sum
 
 
+@pytest.mark.parametrize("local", [Link("slow", 1e-6, 1e7), Link("fast", 1e-6, 1e11)])
+def test_an_alltoallv_over_hosts_takes_the_slower_of_its_two_links(local, rng):
+    clock = ManualClock()
+    c = ModelledCommunicator(FourRanks(clock, 0.0), LINK, clock, local_link=local, local_ranks=2)
+    assert c.name == "four over test between hosts of 2, " + local.name + " within"
+    c.reset_bytes()
+    x = rng.standard_normal((8, 5)).astype(np.float32)  # 20 bytes a row
+    c.alltoallv(x, np.array([2, 3, 1, 2]))  # rank 0 of hosts {0, 1} and {2, 3}: every rank sends it 2 rows
+    c.allreduce(x)
+    c.reset_bytes()
+    a2a, ring = c.timeline()[0].spans
+    # between hosts: 2 peers, 1 + 2 rows out and 2 + 2 in; within: rank 1, 3 rows out and 2 in; the header crosses
+    far, near = (2 + HEADER[0], 4 * 20 + HEADER[1]), (1, 3 * 20)
+    assert (a2a.messages, a2a.nbytes) == (far[0] + near[0], far[1] + near[1])
+    assert a2a.modelled_s == max(LINK.seconds(*far), local.seconds(*near))
+    assert a2a.modelled_s == (local.seconds(*near) if local.name == "slow" else LINK.seconds(*far))
+    # a ring crosses hosts: the link between them, as without hosts
+    assert (ring.messages, ring.nbytes) == (6 + HEADER[0], 2 * 3 * 160 // 4 + HEADER[1])
+    assert ring.modelled_s == LINK.seconds(ring.messages, ring.nbytes)
+    assert c.step_summary()["link"] == f"test between hosts, {local.name} within"
+
+
+def test_one_host_is_all_on_its_local_link_and_hosts_must_divide_the_ranks(rng):
+    clock = ManualClock()
+    local = Link("local", 2e-6, 1e10)
+    c = ModelledCommunicator(FourRanks(clock, 0.0), LINK, clock, local_link=local, local_ranks=4)
+    assert c.link is local and c.near is None and c.name == "four over local"
+    solo = ModelledCommunicator(FourRanks(clock, 0.0), LINK, clock, local_link=local, local_ranks=1)
+    assert solo.link is LINK and solo.near is None  # hosts of one rank: every peer is on another host
+    for bad in (3, 0, None):
+        with pytest.raises(ValueError, match=r"^ModelledCommunicator: local_ranks=.* a divisor of the 4 ranks$"):
+            ModelledCommunicator(FourRanks(clock, 0.0), LINK, clock, local_link=local, local_ranks=bad)
+
+
 def test_the_timeline_splits_a_step_into_compute_and_exposed_communication(rng):
     clock = ManualClock()
     c = ModelledCommunicator(FourRanks(clock, 0.0), LINK, clock)
@@ -163,6 +197,10 @@ def test_init_wraps_the_backend_in_the_link_it_is_given(monkeypatch, plain_proce
     monkeypatch.setenv(comm.LINK_ENV, "1.5:25")
     assert comm.init().link == Link("1.5:25", 1.5e-6, 25e9)
     assert isinstance(comm.init(link="none"), LocalCommunicator)  # the argument wins over the environment
+    alone = comm.init("local", link="ib100", local_link="nvlink4")  # one rank is one host, all on the local link
+    assert alone.link is PRESETS["nvlink4"] and alone.near is None
+    with pytest.raises(ValueError, match="^gpuemb.comm.init: a local link .nvlink4. without a link between hosts"):
+        comm.init("local", link="none", local_link="nvlink4")
 
 
 def test_a_train_record_holds_the_steps_times_over_a_modelled_link(tmp_path):

@@ -2,19 +2,25 @@
 results, and records for each collective the messages, bytes and time that traffic.py's tables say, and waits them.
 
 ``comm.init(link=...)`` wraps the backend; a second wrapper of the same backend on a manual clock checks the
-waits exactly. Each rank's data comes from a generator seeded by (seed, rank), uneven between ranks. A failed
-check raises, which aborts the job; success prints "rank R: ok".
+waits exactly. Each rank's data comes from a generator seeded by (seed, rank), uneven between ranks. With a second
+argument, ``hosts``, the job runs under ``GPUEMB_LOCAL_RANKS``: ``comm.init(local_link=nvlink4)`` puts the
+alltoallv's peers on this rank's host on NVLink and the rest on ib100, as ``gpuemb.sharding.estimate`` splits
+them. A failed check raises, which aborts the job; success prints "rank R: ok".
 """
 import math
+import os
 import sys
 
 import numpy as np
 
 from gpuemb import comm
-from gpuemb.comm import ModelledCommunicator
+from gpuemb.comm import LINK_PRESETS, ModelledCommunicator, traffic
+from gpuemb.distributed.hosts import LOCAL_RANKS_ENV
+from gpuemb.sharding.estimate import _Step
 from gpuemb.comm.modelled import ManualClock, WallClock
 
 SEED = int(sys.argv[1])
+HOSTS = sys.argv[2:] == ["hosts"]
 
 
 def collectives(c, rng):
@@ -41,7 +47,31 @@ def same(a, b):
     return a is b is None or np.array_equal(a, b)
 
 
+def over_hosts(c, rng):
+    """With hosts: the alltoallv's span against the estimate's split of the same rows (``_Step.split``)."""
+    W, r, L = c.world_size, c.rank, int(os.environ[LOCAL_RANKS_ENV])
+    rows = rng.standard_normal((int(rng.integers(W, 3 * W)), 3))  # float64: 24 bytes a row
+    counts = np.bincount(rng.integers(0, W, len(rows)), minlength=W)
+    c.reset_bytes()
+    _, recv_counts = c.alltoallv(rows, counts)
+    c.reset_bytes()
+    span, = c.timeline()[0].spans
+    host = np.arange(W) // L
+    step = _Step(W, (host[:, None] == host[None, :]) & ~np.eye(W, dtype=bool))
+    far, near = step.split(r, 24 * counts, 24 * recv_counts)
+    far = traffic.with_header(W, far)
+    assert (span.messages, span.nbytes) == (far[0] + near[0], far[1] + near[1]), (span, far, near)
+    assert span.modelled_s == max(LINK_PRESETS["ib100"].seconds(*far), LINK_PRESETS["nvlink4"].seconds(*near))
+
+
 if __name__ == "__main__":
+    if HOSTS:
+        c = comm.init("mpi", link="ib100", local_link="nvlink4")
+        L = int(os.environ[LOCAL_RANKS_ENV])
+        assert c.name == f"mpi over ib100 between hosts of {L}, nvlink4 within", c.name
+        over_hosts(c, np.random.default_rng([SEED, c.rank]))
+        print(f"rank {c.rank}: ok", flush=True)
+        sys.exit(0)
     wall = comm.init("mpi", link="ib100")
     assert isinstance(wall, ModelledCommunicator) and isinstance(wall.clock, WallClock), wall
     assert wall.name == "mpi over ib100" and wall.world_size > 1
