@@ -65,8 +65,14 @@ class ShardedLookup(Function):
             self._read_replicas(out)
         y = c.layout.outward(out, B)
         if started:
+            started = self._started(out, started)
             self.arrive = lambda: self._arrive(out, y, started)
         return y
+
+    def _started(self, out, started):
+        """What the output waits for, ``[(g, ids, pending)]``, once every group's all-to-all has started: here the
+        started ones themselves (the pooled exchange's relay goes on with some of them first)."""
+        return started
 
     def _reply(self, xp, g, width, ids):
         """The rows of group ``g`` (streams ``ids`` of ``width``) looked up here, in the order their requesters

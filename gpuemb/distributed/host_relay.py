@@ -22,6 +22,10 @@ on p's own host).
   spreads it over the partials (for max, to the winner only), then each owner gets its partials' gradients in the
   order it sent them, so its lookup's backward sees the rows as single-level.
 
+On an overlapped communicator the forward waits for stage 1 and starts stage 2 before the lookup returns, so that
+stage 2, between hosts, is the one that travels during the bottom MLP; the backward starts stage 2's gradients
+during the backward and runs stage 1's with the held row updates (``ShardedPooledLookup._started``).
+
 A table-row-wise bag's partials are those of one host, so the relay's sum runs over the same owners in the same
 order as the requester's did single-level, and the requester's over one row is a copy: the same bits. Between
 hosts a bag of a row-wise table crosses once a host instead of once an owner. The price is a second all-to-all a

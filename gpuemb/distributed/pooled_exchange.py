@@ -79,10 +79,23 @@ class ShardedPooledLookup(ShardedLookup):
         self.relayed[g] = {"order": order}
         return reply[to_device(order)], counts
 
+    def _started(self, out, started):
+        """On an overlapped communicator a relayed group's stage 1 (within the host) is waited for here, and its
+        stage 2 (between hosts: the slower link, and the second message of a bag) started, so that it is stage 2
+        that travels while the model computes up to the output's first read (DLRM's bottom MLP)."""
+        ahead = []
+        for g, ids, pending in started:
+            if g in self.relayed:
+                pending = self._relay_send(out, g, ids, pending.wait()[0], start=True)
+            ahead.append((g, ids, pending))
+        return ahead
+
     def _place_group(self, out, g, ids, rows):
         """Table- and column-wise rows go in place; the keyed streams' partials combine into their bags' rows."""
         if g in self.relayed:
-            return self._relay_group(out, g, ids, rows)
+            if "to" not in self.relayed[g]:  # blocking: stage 1's rows, so both stages now ("to": stage 2 sent)
+                rows = self._relay_send(out, g, ids, rows, start=False).wait()[0]
+            return self._relay_receive(out, g, rows)
         others, row = self._split(g, ids)
         super()._place_group(out, g, others, rows)
         if row.size:  # a bag's partials of one column range combine: its place is offset by the range's start
@@ -100,10 +113,10 @@ class ShardedPooledLookup(ShardedLookup):
         for bags, pos, a in self._by_columns(p.bags):
             out[to_device(pos), a:a + rows.shape[1]] = pooled if bags is None else pooled[to_device(bags)]
 
-    def _relay_group(self, out, g, ids, rows):
+    def _relay_send(self, out, g, ids, rows, start):
         """Stage 1 has brought this rank, as a relay, its host's partials of its local rank's requesters (and its
-        own table- and column-wise rows): combine them a bag, send each requester its bags' rows (stage 2), and
-        combine the rows that come back over the hosts (host_relay.py)."""
+        own table- and column-wise rows, put in place): combine them a bag and send each requester its bags' rows
+        (stage 2; started where ``start``, else done: either way ``.wait()`` gives them). host_relay.py."""
         c, state, (others, _) = self.c, self.relayed[g], self._split(g, ids)
         got, state["from"] = self.relay.gathered(g, self.route, self.places, self.recipes)
         state["got"] = got
@@ -118,8 +131,13 @@ class ShardedPooledLookup(ShardedLookup):
         requester[p.bag_of] = got.requester[k]
         state["to"] = np.bincount(requester, minlength=c.comm.world_size).astype(np.int64)
         combined = p.combine(rows[to_device(k)], self._relay_mode()) if k.size else rows[:0]
-        arrived = c.codecs.alltoallv_forward(c.comm, combined, state["to"])[0]
-        place, lengths, state["back"] = self.relay.arriving(g, self.route, self.places)
+        if start:
+            return c.codecs.start_forward(c.comm, combined, state["to"])
+        return _Received(c.codecs.alltoallv_forward(c.comm, combined, state["to"]))
+
+    def _relay_receive(self, out, g, arrived):
+        """Combine the rows stage 2 brought this rank's bags of group ``g`` over the hosts, into ``out``."""
+        place, lengths, self.relayed[g]["back"] = self.relay.arriving(g, self.route, self.places)
         self._combine(out, g, place, lengths, arrived)
 
     def _relay_mode(self):

@@ -128,9 +128,15 @@ def run(kind, mode, weighted, c, L):
     mine = slice(c.rank * G // c.world_size, (c.rank + 1) * G // c.world_size)
     where = f"rank {c.rank}: {kind}, {mode}{' weighted' if weighted else ''}"
     want = Counter()
+    tags, start = [], overlapped.start
+    overlapped.start = lambda op, *args: tags.append(args[2] if op == "alltoallv" else op) or start(op, *args)
     for _ in range(STEPS):
         jagged = batch(rng, weighted)
+        tags.clear()
         ys = [d(jagged[mine]) for d in dists]
+        # overlapped, stage 1 is waited for in the forward and stage 2 (between hosts) started before it returns
+        fwd = len(dists[2].groups) + len(dists[2].relay.groups)
+        assert tags.count("a2a_fwd") == fwd, f"{where}: {tags.count('a2a_fwd')} a2a_fwd started, not {fwd}"
         out = [to_host(y.data) for y in ys]
         if kind == "row" and mode != "max":
             np.testing.assert_allclose(out[0], out[1], rtol=1e-6, atol=1e-7, err_msg=where)
