@@ -13,7 +13,7 @@ the exposed time is a wait for a late rank or for the real transport: ``gpuemb/c
 all-to-alls' bytes on the wire per sample (``a2a_keys + a2a_fwd + a2a_bwd``, all ranks, over the global batch),
 beside the cost model's (``gpuemb/sharding/cost.py``: ``a2a_fwd + a2a_bwd`` of ``rank_costs`` of the plan the run
 made) plus the framing it leaves out, one int64 count per stream to each peer: ``W·(W−1)·S·8`` bytes a step for S
-streams.
+streams; and which collectives the exposed time waited on, as shares of it (``exposed_by_tag_s``).
 
 **Projected** (``_scaling_projection.py`` has the formulas): the Criteo-1TB tables (``--preset criteo-1tb``) with
 MLPerf's hotness, dim 128, global batch 65536, planned by ``plan_tables`` on N GPUs of ``--device-gb``. Compute
@@ -124,7 +124,9 @@ def measured_row(W, record, args, overlap=False):
             "link_exposed": tuple(link.get(f"exposed_link_{b}_s", 0.0) / link["modelled_s"] if link.get("modelled_s")
                                   else 0.0 for b in ("min", "max")),
             "wire": wire / args.batch_size,
-            "model": model / args.batch_size, "framing": framing / args.batch_size}
+            "model": model / args.batch_size, "framing": framing / args.batch_size,
+            "exposed_by_tag": {t: v / exposed for t, v in link.get("exposed_by_tag_s", {}).items()} if exposed
+            else {}}
 
 
 def print_measured(rows, args):
@@ -133,14 +135,17 @@ def print_measured(rows, args):
           f"last train record (steps {args.steps // 2 + 1}-{args.steps})")
     print("| W | overlap | samples/s per rank | step ms (compute + exposed) | exposed comm share | comm ms | "
           "exposed / comm | link's own ms (modelled_s) | link's exposed / link's own, at least-most "
-          "| a2a B/sample on the wire | cost model B/sample | + framing | wire / (model + framing) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| a2a B/sample on the wire | cost model B/sample | + framing | wire / (model + framing) "
+          "| exposed, by collective |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = f"{r['wire'] / (r['model'] + r['framing']):.4f}" if r["model"] else "-"
+        tags = sorted(r["exposed_by_tag"].items(), key=lambda kv: -kv[1])
+        by_tag = ", ".join(f"{t} {100 * v:.0f}%" for t, v in tags if v >= 0.005) or "-"
         print(f"| {r['W']} | {'on' if r['overlap'] else 'off'} | {r['per_rank']:,.0f} | {r['step_ms']:.1f} | "
               f"{100 * r['share']:.1f}% | {r['comm_ms']:.2f} | {100 * r['exposed_of_comm']:.0f}% | "
               f"{r['modelled_ms']:.3f} | {100 * r['link_exposed'][0]:.0f}-{100 * r['link_exposed'][1]:.0f}% | "
-              f"{r['wire']:,.1f} | {r['model']:,.1f} | {r['framing']:,.2f} | {ratio} |")
+              f"{r['wire']:,.1f} | {r['model']:,.1f} | {r['framing']:,.2f} | {ratio} | {by_tag} |")
 
 
 def dense_bytes():

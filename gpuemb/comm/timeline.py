@@ -14,6 +14,11 @@ hid it. Per step:
 - ``exposed_link_max_s`` and ``exposed_link_min_s``: the part of ``exposed_comm_s`` that the link's own time
   explains, at most and at least (below).
 
+- ``exposed_by_tag_s``: ``exposed_comm_s`` split by the collectives' tags (``a2a_fwd``, ``allreduce``, ``loss``...),
+  which add up to it. Where the caller waits while several are unfinished, the wait is the earliest issued one's:
+  a communicator's collectives complete in the order they were issued (one thread runs them, ``overlap.py``), so
+  the later ones cannot end before it, and waiting on them is waiting on it.
+
 What is exposed beyond the link's time is a wait for the other ranks (the slowest one arrives late) or for a real
 transport slower than the link, neither of which hiding the link's time can remove. Where within a collective the
 link's ``modelled_s`` falls depends on when the last rank arrived, which a rank cannot see without a clock shared
@@ -84,6 +89,21 @@ class Step:
     def exposed_link_min_s(self):
         return self._covered([s.link_first for s in self.spans])
 
+    @property
+    def exposed_by_tag_s(self):
+        """``{tag: seconds}``: ``exposed_comm_s`` credited, each instant of it, to the earliest issued collective
+        waited for then (module docstring)."""
+        spans = [s for s in self.spans if min(s.done, self.end) > max(s.waited, self.begin)]
+        cuts = sorted({self.begin, self.end} | {min(max(t, self.begin), self.end)
+                                               for s in spans for t in (s.waited, s.done)})
+        out = {}
+        for a, b in zip(cuts, cuts[1:]):
+            waiting = [s for s in spans if s.waited <= a and s.done >= b]
+            if waiting and b > a:
+                tag = min(waiting, key=lambda s: s.issued).tag
+                out[tag] = out.get(tag, 0.0) + b - a
+        return out
+
     def _covered(self, windows):
         """The length of the union of ``windows`` (``(start, stop)`` pairs), clipped to the step."""
         covered, reach = 0.0, self.begin
@@ -136,9 +156,15 @@ class Timeline:
             return list(self._steps)
 
     def summary(self):
-        """``{"steps": n, field: seconds per step}`` of the finished steps since the last call, which are then
-        forgotten; the fields are ``FIELDS`` (module docstring), 0.0 when no step finished."""
+        """``{"steps": n, field: seconds per step, "exposed_by_tag_s": {tag: seconds per step}}`` of the finished
+        steps since the last call, which are then forgotten; the fields are ``FIELDS`` (module docstring), 0.0 when
+        no step finished."""
         with self._lock:
             steps, self._steps = self._steps, []
         n = max(len(steps), 1)
-        return {"steps": len(steps), **{f: sum(getattr(s, f) for s in steps) / n for f in FIELDS}}
+        by_tag = {}
+        for step in steps:
+            for tag, seconds in step.exposed_by_tag_s.items():
+                by_tag[tag] = by_tag.get(tag, 0.0) + seconds / n
+        return {"steps": len(steps), **{f: sum(getattr(s, f) for s in steps) / n for f in FIELDS},
+                "exposed_by_tag_s": dict(sorted(by_tag.items()))}

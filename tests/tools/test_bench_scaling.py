@@ -75,6 +75,8 @@ def test_two_ranks_send_the_cost_models_bytes_plus_the_counts(tool, tmp_path, mo
         assert row["link_exposed"] == pytest.approx((1.0, 1.0), abs=1e-6), record["link"]
         link = record["link"]
         assert link["exposed_link_min_s"] <= link["exposed_link_max_s"] <= link["exposed_comm_s"], link
+        # the exposed time, split by collective, adds up to it: blocking, the rows' all-to-all is among them
+        assert sum(row["exposed_by_tag"].values()) == pytest.approx(1.0) and "a2a_fwd" in row["exposed_by_tag"]
 
 
 @pytest.mark.parametrize("flags, says", [

@@ -153,9 +153,11 @@ def test_the_timeline_splits_a_step_into_compute_and_exposed_communication(rng):
     for s, compute in zip(steps, (0.5, 1.5)):
         assert s.exposed_comm_s == s.comm_s == pytest.approx(modelled)  # nothing overlaps: all of it is exposed
         assert s.compute_s == pytest.approx(compute)
-    assert c.step_summary() == pytest.approx({"link": "test", "steps": 2, "compute_s": 1.0, "comm_s": modelled,
-                                              "exposed_comm_s": modelled, "modelled_s": modelled,
-                                              "exposed_link_max_s": modelled, "exposed_link_min_s": modelled})
+    summary = c.step_summary()
+    assert summary.pop("exposed_by_tag_s") == pytest.approx({"allreduce": modelled})
+    assert summary == pytest.approx({"link": "test", "steps": 2, "compute_s": 1.0, "comm_s": modelled,
+                                     "exposed_comm_s": modelled, "modelled_s": modelled,
+                                     "exposed_link_max_s": modelled, "exposed_link_min_s": modelled})
     assert c.timeline() == [] and c.step_summary()["steps"] == 0  # read once
 
 
@@ -170,6 +172,20 @@ def test_an_overlapped_collective_is_exposed_only_from_its_wait():
     # at most: the link's time is each one's last stretch, [1.5, 4] of the first and [4, 4.5] of the second, so
     # from 3 all of the wait is the link's; at least: from each one's issue, [1, 3.5] and [3.5, 4], so [3, 4]
     assert step.exposed_link_max_s == pytest.approx(1.5) and step.exposed_link_min_s == pytest.approx(1.0)
+
+
+def test_the_exposed_time_splits_by_tag_to_the_earliest_issued_collective_waited_for():
+    # the loss's mean issued at 1, the first bucket at 2; the caller waits for the mean from 3 to 5 and for the
+    # bucket from 5, which ends at 6; a key exchange issued at 0 is waited for from 0.5 to 1 and hidden after
+    spans = (Span("alltoallv", "a2a_keys", 1, 8, 0.1, 0.0, 0.5, 1.0, 1.0),
+             Span("allreduce", "loss", 1, 8, 0.1, 1.0, 3.0, 5.0, 5.0),
+             Span("allreduce", "allreduce", 1, 8, 0.1, 2.0, 3.0, 4.0, 6.0),  # waited for with the mean: queued
+             Span("alltoallv", "a2a_bwd", 1, 8, 0.1, 2.5, 7.0, 7.0, 7.0))  # done before its wait: hidden
+    step = Step(0.0, 8.0, spans)
+    # from 3 to 5 the bucket is waited for too, but the mean was issued first and ends first: the wait is its own
+    assert step.exposed_by_tag_s == pytest.approx({"a2a_keys": 0.5, "loss": 2.0, "allreduce": 1.0})
+    assert sum(step.exposed_by_tag_s.values()) == pytest.approx(step.exposed_comm_s)
+    assert Step(5.5, 8.0, spans).exposed_by_tag_s == pytest.approx({"allreduce": 0.5})  # clipped to the step
 
 
 def test_a_wait_for_a_late_rank_is_exposed_but_not_the_links():
