@@ -11,9 +11,17 @@ Every rank starts them at the same point of its step, and the next training forw
 that keeps the collectives in the same order on every rank. A forward that gets other keys than those routed is a
 bug of the caller's, and an error, not a silent second exchange that would pair with another rank's next
 collective.
+
+Bags to pool (``pooled_exchange.py``) go the same way: ``BagKeys`` sends each owner its sub-bags' lengths and keys
+(and each relay its recipes) with the per-stream counts, started ahead on an overlapped communicator and done in
+the forward elsewhere. Only per-key weights wait for the forward: whether any rank sends them is in the counts, so
+the ranks agree on that collective only once the counts have arrived.
 """
 import numpy as np
 
+from .bag_routing import BagRoute, interleave, pack
+from .bags import LocalBags
+from .exchange import _Received
 from .routing import Route
 
 
@@ -23,14 +31,49 @@ class KeysAhead:
 
     def __init__(self, collection, source, keys):
         c, W = collection, collection.comm.world_size
-        self.source, self.keys = source, keys
+        self.source, self.mine = source, keys
         self.route = r = Route(keys, c.table_of, c.streams, c.groups, W)
         self._counts = c.comm.start("alltoallv", r.stream_counts, np.ones(W, np.int64), "a2a_keys")
         self._received = c.comm.start("alltoallv", r.keys, r.send_counts, "a2a_keys")
 
     def matches(self, keys):
-        return keys.shape == self.keys.shape and np.array_equal(keys, self.keys)
+        return isinstance(keys, np.ndarray) and keys.shape == self.mine.shape and np.array_equal(keys, self.mine)
 
     def take(self):
         """``(route, counts [W, S] received, keys received)``, once both exchanges are done."""
         return self.route, self._counts.wait()[0], self._received.wait()[0]
+
+
+class BagKeys:
+    """The key exchange of the ``LocalBags`` ``bags`` for ``collection``: started on its overlapped communicator
+    where ``ahead``, else done now. ``take()`` gives what ``ShardedPooledLookup`` goes on with."""
+
+    def __init__(self, collection, bags, ahead=False, source=None):
+        c, comm, W = collection, collection.comm, collection.comm.world_size
+        self.mine, self.source = bags, source
+        self.route = r = BagRoute(bags, c.table_of, c.streams, c.groups, W)
+        # each rank says whether it has weights, so that all send them or none do
+        head = [r.stream_counts, np.full((W, 1), int(bags.weights is not None))]
+        send, send_counts = pack(r.lengths, r.keys, r.send_counts, r.key_counts), r.send_counts + r.key_counts
+        self.places = None
+        if c.relay:  # each relay on another host gets the recipe of this rank's sub-bags there
+            F, B = bags.lengths.shape
+            self.places = c.relay.places(r, B * F)
+            recipe, sizes = c.relay.recipes(r, self.places)
+            head.append(sizes[:, None])
+            send = interleave(send, send_counts, recipe, sizes)
+            send_counts = send_counts + sizes
+        exchange = comm.start if ahead else lambda op, *args: _Received(getattr(comm, op)(*args))
+        self._head = exchange("alltoallv", np.concatenate(head, axis=1), np.ones(W, np.int64), "a2a_keys")
+        self._payload = exchange("alltoallv", send, send_counts, "a2a_keys")
+
+    def matches(self, bags):
+        a, b = self.mine, bags
+        return isinstance(b, LocalBags) and a.lengths.shape == b.lengths.shape and np.array_equal(a.lengths, b.lengths) and \
+            np.array_equal(a.values, b.values) and (a.weights is None) == (b.weights is None) and \
+            (a.weights is None or np.array_equal(a.weights, b.weights))
+
+    def take(self):
+        """``(counts [W, S + 1 (+1 relayed)] received, payload, its counts [W])``, once both are done."""
+        return self._head.wait()[0], *self._payload.wait()
+

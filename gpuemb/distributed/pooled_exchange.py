@@ -21,8 +21,9 @@ import numpy as np
 
 from gpuemb.autograd.backend import get_array_module, to_device
 
-from .bag_routing import ArrivedBags, BagRoute, interleave, pack, split_tails
+from .bag_routing import ArrivedBags, split_tails
 from .exchange import ShardedLookup, _Received
+from .keys_ahead import BagKeys
 from .routing import Arrivals
 from .row_partials import RowPartials
 
@@ -31,8 +32,8 @@ class ShardedPooledLookup(ShardedLookup):
     """``ShardedPooledLookup(collection, bags, training).apply(anchor)``: ``[B, F, D]`` float32, the ``LocalBags``
     ``bags`` pooled by the collection's mode."""
 
-    def __init__(self, collection, bags, training):
-        self.c, self.bags, self.training = collection, bags, training
+    def __init__(self, collection, bags, training, routed=None):
+        self.c, self.bags, self.training, self.routed = collection, bags, training, routed
         self.F, self.B = bags.lengths.shape
         self.mode = collection.mode
         self.partials = {}  # group: the RowPartials of its row-wise streams
@@ -41,20 +42,12 @@ class ShardedPooledLookup(ShardedLookup):
         self.relayed = {}  # group: the relay's stage-1 order, what it gathered, its RowPartials and counts
 
     def _look_up(self):
-        c, comm, W = self.c, self.c.comm, self.c.comm.world_size
+        c, comm = self.c, self.c.comm
         S = len(c.streams)
-        self.route = r = BagRoute(self.bags, c.table_of, c.streams, self.groups, W)
-        # each rank says whether it has weights, so that all send them or none do
-        head = [r.stream_counts, np.full((W, 1), int(self.bags.weights is not None))]
-        send, send_counts = pack(r.lengths, r.keys, r.send_counts, r.key_counts), r.send_counts + r.key_counts
-        if self.relay:  # each relay on another host gets the recipe of this rank's sub-bags there
-            self.places = self.relay.places(r, self.B * self.F)
-            recipe, sizes = self.relay.recipes(r, self.places)
-            head.append(sizes[:, None])
-            send = interleave(send, send_counts, recipe, sizes)
-            send_counts = send_counts + sizes
-        counts, _ = comm.alltoallv(np.concatenate(head, axis=1), np.ones(W, np.int64), tag="a2a_keys")
-        payload, recv_counts = comm.alltoallv(send, send_counts, tag="a2a_keys")
+        sent = self.routed or BagKeys(c, self.bags)  # started during the last step (keys_ahead.py), or now
+        self.route = r = sent.route
+        self.places = sent.places
+        counts, payload, recv_counts = sent.take()
         if self.relay:
             payload, recipe = split_tails(payload, recv_counts, counts[:, S + 1])
             recv_counts = recv_counts - counts[:, S + 1]

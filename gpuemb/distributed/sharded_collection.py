@@ -26,7 +26,7 @@ from .exchange import ShardedLookup
 from .default_plan import plan_for
 from .feature_layout import FeatureLayout
 from .host_relay import HostRelay
-from .keys_ahead import KeysAhead
+from .keys_ahead import BagKeys, KeysAhead
 from .pooled_exchange import ShardedPooledLookup
 from .routing import streams_of
 from .row_updates import row_updates_for
@@ -96,21 +96,20 @@ class ShardedEmbeddingCollection(Module):
     def forward(self, sparse):
         self.settle()  # a lookup reads the rows as the last backward left them
         sparse = self._plain(sparse)
-        if self._single_keys(sparse):
-            ahead, self._ahead = (self._ahead, None) if self.training else (None, self._ahead)
-            # the batch route_ahead was given: its keys are on the host already, so no second read back
-            keys = ahead.keys if ahead is not None and ahead.source is sparse else self._keys(sparse)
-            if ahead is not None and not ahead.matches(keys):
-                raise RuntimeError("ShardedEmbeddingCollection: this training batch is not the one whose keys "
-                                   "route_ahead sent; call route_ahead with the batch the next forward takes")
-            op = ShardedLookup(self, keys, self.training, ahead)
-        else:
-            if self.same_bits and self.partial_sums():
-                raise ValueError(f"ShardedEmbeddingCollection: table {self.partial_sums()[0]!r} is row-wise and "
-                                 f"pools bags by {self.mode}, whose partial sums round by the world size; for the "
-                                 "same bits on any world size shard it table- or column-wise, or pool by max")
-            bags = local_bags(sparse, self.n_features, self.shared, self.hotness, self.mode)
-            op = ShardedPooledLookup(self, bags, self.training)
+        single = self._single_keys(sparse)  # else bags to pool
+        if not single and self.same_bits and self.partial_sums():
+            raise ValueError(f"ShardedEmbeddingCollection: table {self.partial_sums()[0]!r} is row-wise and "
+                             f"pools bags by {self.mode}, whose partial sums round by the world size; for the "
+                             "same bits on any world size shard it table- or column-wise, or pool by max")
+        ahead, self._ahead = (self._ahead, None) if self.training else (None, self._ahead)
+        # the batch route_ahead was given: its keys are on the host already, so no second read back
+        mine = ahead.mine if ahead is not None and ahead.source is sparse else \
+            (self._keys if single else self._bags)(sparse)
+        if ahead is not None and not ahead.matches(mine):
+            raise RuntimeError(f"ShardedEmbeddingCollection: this training batch is not the one whose "
+                               f"{'keys' if single else 'bags'} route_ahead sent; call route_ahead with the batch "
+                               "the next forward takes")
+        op = (ShardedLookup if single else ShardedPooledLookup)(self, mine, self.training, ahead)
         record = self.training and is_grad_enabled()
         y = op.apply(Tensor(backend.xp.zeros(0, np.float32), requires_grad=record))
         return ArrivingTensor(y, op.arrive) if getattr(op, "arrive", None) else y  # rows still travelling
@@ -130,13 +129,20 @@ class ShardedEmbeddingCollection(Module):
         return mixed_keys(backend.to_host(sparse), self.n_features, self.shared, "ShardedEmbeddingCollection",
                           " (or give it hotness, JaggedFeatures or (keys, offsets) bags to pool)")
 
+    def _bags(self, sparse):
+        return local_bags(sparse, self.n_features, self.shared, self.hotness, self.mode)
+
     def route_ahead(self, sparse):
-        """Start the key exchange of the training batch ``sparse`` that the next training forward takes, on an
-        overlapped communicator (``keys_ahead.py``); elsewhere, and for bags, the forward exchanges as before. Every
-        rank calls it at the same point of its step."""
+        """Start the key exchange of the training batch ``sparse`` (keys, or bags to pool) that the next training
+        forward takes, on an overlapped communicator (``keys_ahead.py``); elsewhere the forward exchanges as before.
+        Every rank calls it at the same point of its step."""
         sparse = self._plain(sparse)
-        if hasattr(self.comm, "start") and self.streams and self._single_keys(sparse):
+        if not (hasattr(self.comm, "start") and self.streams):
+            return
+        if self._single_keys(sparse):
             self._ahead = KeysAhead(self, sparse, self._keys(sparse))
+        else:
+            self._ahead = BagKeys(self, self._bags(sparse), ahead=True, source=sparse)
 
     def partial_sums(self):
         """The names of the tables whose bags pool as partial sums over the ranks: keyed (row-wise, table-row-wise,

@@ -277,3 +277,32 @@ def test_micro_slices_take_their_rows_of_jagged_features(rng):
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_sharded_bags_train_like_one_process_on_the_global_batch(ranks, rng, mpiexec):
     mpiexec(ranks, "jagged.py", rng.integers(1 << 30))
+
+
+def test_bags_routed_ahead_pool_as_routed_now_and_a_forward_of_other_bags_is_refused(rng):
+    """On an overlapped communicator the next batch's bags go to their owners before its forward (route_ahead,
+    keys_ahead.py): the forward then exchanges no key, and pools what the exchange in the forward gives."""
+    ref = ShardedEmbeddingCollection(CONFIGS, comm.LocalCommunicator(), bags_plan(1), mode="sum")
+    over = comm.OverlappedCommunicator(comm.LocalCommunicator())
+    ahead = ShardedEmbeddingCollection(CONFIGS, over, bags_plan(1), mode="sum")
+    tags, start = [], over.start
+    over.start = lambda op, *args: tags.append(args[2] if op == "alltoallv" else op) or start(op, *args)
+    for _ in range(2):
+        batch = random_jagged(rng, 4, 6, weighted=True)
+        tags.clear()  # the last backward's
+        ahead.route_ahead(batch)
+        assert tags == ["a2a_keys", "a2a_keys"]  # the counts, then the sub-bags' lengths and keys
+        tags.clear()
+        got = ahead(batch)
+        # the forward: the weights, whose exchange the ranks agree on from the counts, then the rows
+        assert "a2a_keys" in tags[:1] and tags.count("a2a_keys") == 1, tags
+        tags.clear()
+        np.testing.assert_array_equal(got.data, ref(batch).data)
+        gy = rng.standard_normal(got.shape).astype(np.float32)
+        for c, y in ((ahead, got), (ref, ref(batch))):
+            y.backward(gy)
+            c.settle()
+    ahead.route_ahead(random_jagged(rng, 4, 6))
+    with pytest.raises(RuntimeError, match="this training batch is not the one whose bags route_ahead sent"):
+        ahead(random_jagged(rng, 4, 6))
+    over.drain()

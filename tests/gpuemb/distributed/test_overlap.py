@@ -14,9 +14,10 @@ def test_the_overlapped_allreduce_gives_the_blocking_bits(ranks, rng, mpiexec):
     mpiexec(ranks, "overlap.py", rng.integers(1 << 30))
 
 
-@pytest.mark.parametrize("kind, ranks", [("row", 2), ("table", 2), ("column", 2), ("row", 4)])
-def test_a_sharded_dlrm_with_every_overlap_on_trains_the_blocking_bits(kind, ranks, rng, mpiexec):
-    mpiexec(ranks, "overlap_steps.py", kind, rng.integers(1 << 30))
+@pytest.mark.parametrize("kind, ranks, features", [("row", 2, "keys"), ("table", 2, "keys"), ("column", 2, "keys"),
+                                                   ("row", 4, "keys"), ("row", 2, "bags"), ("table", 4, "bags")])
+def test_a_sharded_dlrm_with_every_overlap_on_trains_the_blocking_bits(kind, ranks, features, rng, mpiexec):
+    mpiexec(ranks, "overlap_steps.py", kind, rng.integers(1 << 30), features)
 
 
 @pytest.mark.parametrize("kind, ranks", [("row", 2), ("table", 2), ("row", 4)])

@@ -45,8 +45,8 @@ def plan(kinds, W):
     return Plan((RankBudget(1 << 30),) * W, placements, 64, "fp32")
 
 
-def dlrm(tables=None):
-    return models.build("dlrm", N_DENSE, tables or configs(), seed=5, bottom=(16,), top=(16,))
+def dlrm(tables=None, hotness=None):
+    return models.build("dlrm", N_DENSE, tables or configs(), seed=5, bottom=(16,), top=(16,), hotness=hotness)
 
 
 def batch(seed, step, G, F=4):

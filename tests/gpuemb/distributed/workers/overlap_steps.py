@@ -7,7 +7,8 @@ held) and the dense allreduce in buckets during the backward (the model's defaul
 its parameters fit 4 MiB). Both runs must be the same bits: every loss, dense parameter and row of this rank's
 shards.
 
-argv: the placement kind of the first three tables (table, row or column; the fourth is data-parallel), a seed.
+argv: the placement kind of the first three tables (table, row or column; the fourth is data-parallel), a seed,
+and ``bags`` for multi-hot features (two keys a feature, summed): their bags' key exchange is started ahead too.
 Prints "rank R: ok".
 """
 import sys
@@ -21,18 +22,24 @@ from gpuemb.comm import OverlappedCommunicator
 from gpuemb.distributed import ShardedEmbeddingCollection, distribute, keys_ahead
 
 KIND, SEED, G, STEPS = sys.argv[1], int(sys.argv[2]), 24, 4
+BAGS = sys.argv[3:] == ["bags"]
+HOTNESS = [2, 2, 2, 2] if BAGS else None
 TAKEN, ARRIVED, READ, IN_FLIGHT = [], [], [], []
 _take = keys_ahead.KeysAhead.take
 keys_ahead.KeysAhead.take = lambda self: TAKEN.append(1) or _take(self)
+_take_bags = keys_ahead.BagKeys.take  # an exchange started ahead has its batch's sparse features as its source
+keys_ahead.BagKeys.take = lambda self: (self.source is not None and TAKEN.append(1)) or _take_bags(self)
 _keys = ShardedEmbeddingCollection._keys  # each read of a batch's keys to the host
 ShardedEmbeddingCollection._keys = lambda self, sparse: READ.append(1) or _keys(self, sparse)
+_bags = ShardedEmbeddingCollection._bags  # and of its bags
+ShardedEmbeddingCollection._bags = lambda self, sparse: READ.append(1) or _bags(self, sparse)
 
 
 def train(c, overlap):
     W, r = c.world_size, c.rank
     b = G // W
     mine = slice(r * b, (r + 1) * b)
-    model = dlrm()
+    model = dlrm(hotness=HOTNESS)
     allreduce = distribute(model, c, plan(KIND, W))
     lookups, bottom = [], model.bottom.forward
     collection_forward = model.embeddings.forward
@@ -61,7 +68,8 @@ def train(c, overlap):
             in_flight("bottom")
         allreduce.ready(leaf)
     losses = []
-    parts = [tuple(a[mine] for a in batch(SEED, step, G)) for step in range(STEPS)]  # as the pipeline hands them
+    parts = [tuple(a[mine] for a in batch(SEED, step, G, F=8 if BAGS else 4))  # as the pipeline hands them
+             for step in range(STEPS)]
     for step, (dense, sparse, y) in enumerate(parts):
         opt.zero_grad()
         loss = bce_with_logits(model(dense, sparse), Tensor(y))
