@@ -69,9 +69,10 @@ class BagKeys:
 
     def matches(self, bags):
         a, b = self.mine, bags
-        return isinstance(b, LocalBags) and a.lengths.shape == b.lengths.shape and np.array_equal(a.lengths, b.lengths) and \
-            np.array_equal(a.values, b.values) and (a.weights is None) == (b.weights is None) and \
-            (a.weights is None or np.array_equal(a.weights, b.weights))
+        if not (isinstance(b, LocalBags) and a.lengths.shape == b.lengths.shape):
+            return False
+        return np.array_equal(a.lengths, b.lengths) and np.array_equal(a.values, b.values) and \
+            (a.weights is None) == (b.weights is None) and (a.weights is None or np.array_equal(a.weights, b.weights))
 
     def take(self):
         """``(counts [W, S + 1 (+1 relayed)] received, payload, its counts [W])``, once both are done."""
