@@ -18,8 +18,8 @@ peers on this rank's host are reached over ``local_link`` (e.g. NVLink) and the 
 InfiniBand), as ``gpuemb.sharding.estimate`` prices them: each link carries one message a peer on it and the larger
 of what the rank sends and receives over it, the header crosses hosts, and the two links move at once, so the
 collective takes the slower of the two. The ring collectives cross hosts and stay on ``link``. With one host
-(L = W) every peer is on ``local_link``. The split needs the counts a peer on the host: read from the device where
-they are there, one synchronization an alltoallv that only a run with hosts pays.
+(L = W) every peer is on ``local_link``. The split needs each peer's counts, which a GPU run may hold on the
+device: one read of them an alltoallv, paid only by a run over hosts.
 
 The clock is ``clock.now()`` and ``clock.wait_until(t)``: ``WallClock`` by default, and a test passes a
 ``ManualClock`` to see the waits without timing anything.
@@ -200,8 +200,8 @@ class ModelledCommunicator:
         return self._timeline.steps()
 
     def step_summary(self):
-        """``{"link", "steps", "compute_s", "comm_s", "exposed_comm_s", "modelled_s"}``: seconds per step,
-        averaged over the steps since the last call, which are then forgotten."""
+        """``{"link", "steps", "compute_s", "comm_s", "exposed_comm_s", "modelled_s", ..., "exposed_by_tag_s"}``:
+        seconds per step (``timeline.py``), averaged over the steps since the last call, which are then forgotten."""
         link = self.link.name if self.local_link is None else \
             f"{self.link.name} between hosts, {self.local_link.name} within"
         return {"link": link, **self._timeline.summary()}

@@ -12,8 +12,7 @@ hid it. Per step:
 - ``compute_s``: the rest of the step, its length less ``exposed_comm_s``;
 - ``modelled_s``: what the link model alone says the collectives take, added;
 - ``exposed_link_max_s`` and ``exposed_link_min_s``: the part of ``exposed_comm_s`` that the link's own time
-  explains, at most and at least (below).
-
+  explains, at most and at least (below);
 - ``exposed_by_tag_s``: ``exposed_comm_s`` split by the collectives' tags (``a2a_fwd``, ``allreduce``, ``loss``...),
   which add up to it. Where the caller waits while several are unfinished, the wait is the earliest issued one's:
   a communicator's collectives complete in the order they were issued (one thread runs them, ``overlap.py``), so

@@ -77,4 +77,3 @@ class BagKeys:
     def take(self):
         """``(counts [W, S + 1 (+1 relayed)] received, payload, its counts [W])``, once both are done."""
         return self._head.wait()[0], *self._payload.wait()
-
