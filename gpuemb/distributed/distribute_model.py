@@ -18,6 +18,13 @@ def _collections(model):
     return [(name, value) for name, value in vars(model).items() if isinstance(value, EmbeddingCollection)]
 
 
+def _hotness(found):
+    """``{table: keys a sample}`` of the collections' per-feature tables whose feature pools a fixed number of keys
+    (a shared table's features stay one key each: ``plan_for``)."""
+    return {t.config.name: h for _, c in found if c.hotness is not None and not c.shared
+            for t, h in zip(c.tables, c.hotness)}
+
+
 def distribute(model, comm, plan=None, codecs=None, bucket_bytes=None, **planning):
     """Shard ``model``'s embedding collections over ``comm`` by ``plan`` (default: ``plan_for`` all their
     tables, given ``planning``: ``batch_size``, ``codec``, ``sharding``, ``rows``...; ``table_row`` and ``grid``
@@ -31,6 +38,7 @@ def distribute(model, comm, plan=None, codecs=None, bucket_bytes=None, **plannin
         configs = [t.config for _, c in found for t in c.tables]
         if planning.get("sharding") in HOST_KINDS and planning.get("local_ranks") is None:
             planning["local_ranks"] = local_ranks(comm)
+        planning.setdefault("hotness", _hotness(found))
         plan = plan_for(configs, comm.world_size, max(c.n_features if c.shared else 1 for _, c in found), **planning)
     for name, c in found:
         sharded = ShardedEmbeddingCollection([t.config for t in c.tables], comm, plan, codecs,

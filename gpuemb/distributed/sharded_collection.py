@@ -56,11 +56,12 @@ class ShardedEmbeddingCollection(Module):
         # on where a step must be the same bits on any W (--deterministic): a row-wise owner's partial sum of a bag
         # rounds by which of its keys the owner holds, so pooling such bags by sum or mean is refused then
         self.same_bits = False
-        self.plan = plan if plan is not None else plan_for(configs, comm.world_size, n_features)
-        check_against_plan(configs, self.plan, comm.world_size)
-        self.configs = configs
         self.n_features = n_features if self.shared else len(configs)
         self.hotness = fixed_hotness(hotness, self.n_features, "ShardedEmbeddingCollection")
+        hot = {} if self.shared or self.hotness is None else {c.name: h for c, h in zip(configs, self.hotness)}
+        self.plan = plan if plan is not None else plan_for(configs, comm.world_size, n_features, hotness=hot)
+        check_against_plan(configs, self.plan, comm.world_size)
+        self.configs = configs
         self.table_of = np.zeros(self.n_features, np.int64) if self.shared else np.arange(self.n_features)
         self.dims = tuple(configs[t].dim for t in self.table_of)  # per feature
         self.width = sum(self.dims)  # of one sample's embeddings side by side

@@ -4,8 +4,9 @@ import dataclasses
 
 import pytest
 
+from gpuemb import comm, models
 from gpuemb.comm.link import PRESETS as LINKS
-from gpuemb.distributed import plan_for
+from gpuemb.distributed import ShardedEmbeddingCollection, distribute, plan_for
 from gpuemb.sharding.estimate import estimate_step
 from gpuemb.sharding.plan import Plan
 from gpuemb.sharding.planner import plan_tables
@@ -58,3 +59,16 @@ def test_plan_for_passes_the_hosts_on():
 def test_hosts_must_divide_the_ranks():
     with pytest.raises(ValueError, match="local_ranks: 3 ranks a host do not divide the 4"):
         plan_tables(big(20), BUDGETS, local_ranks=3)
+
+
+def test_plan_for_weighs_a_multi_hot_features_bag_of_keys():
+    """A table too large for one rank, over 2 hosts of 2: one key a sample stays row-wise (above), a bag of 20 keys
+    a sample goes table-row-wise, as the planner weighs its partials; distribute passes a model's hotness on."""
+    configs = [TableConfig(n, 64) for n in "ab"]
+    plan = plan_for(configs, 4, rows=4_000_000, device_bytes=1 << 30, local_ranks=2, hotness={"a": 20})
+    assert [(p.table.lookups_per_sample, p.kind) for p in plan.placements] == [(20, "table_row"), (1, "row")]
+    model = models.build("dlrm", 4, [TableConfig(n, 8) for n in "abc"], hotness=(3, 1, 2))
+    distribute(model, comm.LocalCommunicator())
+    assert [p.table.lookups_per_sample for p in model.embeddings.plan.placements] == [3, 1, 2]
+    alone = ShardedEmbeddingCollection([TableConfig(n, 8) for n in "ab"], comm.LocalCommunicator(), hotness=(4, 2))
+    assert [p.table.lookups_per_sample for p in alone.plan.placements] == [4, 2]
