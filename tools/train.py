@@ -83,8 +83,12 @@ def main(argv=None):
         except ValueError as e:
             _entry.tell(f"train.py: error: argument {flag}: {str(e).removeprefix(flag + ' ')}")
             return 2
-    if comm.link.parse_link(local) is not None and comm.link.parse_link(link) is None \
-            and comm.link.link_from_env() is None:
+    try:
+        between = comm.link.parse_link(link) if link is not None else comm.link.link_from_env()
+    except ValueError as e:  # $GPUEMB_COMM_LINK names no link
+        _entry.tell(f"train.py: error: {e}")
+        return 2
+    if comm.link.parse_link(local) is not None and between is None:
         _entry.tell(f"train.py: error: argument --local-link: {local} is the link within a host, and there is no "
                     "--link between hosts; give --link too (e.g. --link ib400 --local-link nvlink4)")
         return 2

@@ -154,8 +154,15 @@ class _Writes:
         pass
 
 
-@pytest.mark.parametrize("argv", [["--link", "warp9"], ["--comm-backend", "nccl"]])
-def test_train_startup_errors_are_one_write_each(argv, monkeypatch):
+@pytest.mark.parametrize("argv, env, says", [
+    (["--link", "warp9"], {}, "argument --link: 'warp9' is not a link"),
+    (["--comm-backend", "nccl"], {}, "--comm-backend: gpuemb.comm.init: backend='nccl' needs a GPU"),
+    ([], {"GPUEMB_COMM_LINK": "warp9"}, "$GPUEMB_COMM_LINK 'warp9' is not a link"),
+    # an explicit --link none wins over the environment's, so the local link has nothing between hosts
+    (["--link", "none", "--local-link", "nvlink4"], {"GPUEMB_COMM_LINK": "ib100"},
+     "argument --local-link: nvlink4 is the link within a host, and there is no --link between hosts"),
+], ids=["link", "backend", "link-env", "local-link-alone"])
+def test_train_startup_errors_are_one_write_each(argv, env, says, monkeypatch):
     """train.py's own errors before its flags are parsed (a link that does not exist, NCCL on a machine without a
     GPU): a line and its newline in one write, so that two ranks' lines under mpiexec cannot interleave (print
     writes them apart)."""
@@ -163,6 +170,8 @@ def test_train_startup_errors_are_one_write_each(argv, monkeypatch):
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     monkeypatch.setenv("GPUEMB_DEVICE", "cpu")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     writes = _Writes()
     monkeypatch.setattr(sys, "stderr", writes)
     try:
@@ -172,3 +181,4 @@ def test_train_startup_errors_are_one_write_each(argv, monkeypatch):
     assert code == 2
     assert len(writes.writes) == 1 and writes.writes[0].startswith("train.py: error: ") \
         and writes.writes[0].endswith("\n") and writes.writes[0].count("\n") == 1, writes.writes
+    assert says in writes.writes[0], writes.writes
