@@ -15,7 +15,8 @@ can make rows alone (``read_rows(i, rows)``: synthetic data); so with shuffled s
 every block of its window, it still reads each block, but it stages only its own rows. The position in the
 epoch's order is the exact resume point, the global batches' whatever the world size: ``state_dict()`` holds
 (epoch, position), and a loader given it, of any rank and world size, yields exactly the batches an uninterrupted
-run would have yielded next.
+run would have yielded next. Evaluation, which every rank runs together, caps the rows (``max_rows``) and pads
+each short batch (``pad_to``), so that every rank has a part of every batch.
 
 Batches are gathered into one page-locked staging buffer (``batch.Staging``: label, dense and sparse side by
 side) and copied to the device in one transfer on a side stream (``backend.new_stream``), which the producer
@@ -52,11 +53,18 @@ class LoaderConfig:
     rank: int = 0
     world_size: int = 1
     max_bag: int = None  # the most keys a jagged feature's bag may hold; a longer one stops the run, named
+    # Evaluation's two: the epoch's first max_rows rows only (its last batch cut short), and each global batch
+    # shorter than pad_to rows padded to it by repeating its last row before the ranks take their parts, so that
+    # every rank has rows of every batch, as a forward that is collective over the ranks needs
+    max_rows: int = None
+    pad_to: int = 0
 
     def validate(self):
         if self.batch_size < 1 or self.prefetch < 1 or self.shuffle_window < 1:
             raise ValueError(f"LoaderConfig: batch_size={self.batch_size}, prefetch={self.prefetch} and "
                              f"shuffle_window={self.shuffle_window} must be >= 1")
+        if self.max_rows is not None and self.max_rows < 0 or self.pad_to < 0:
+            raise ValueError(f"LoaderConfig: max_rows={self.max_rows} and pad_to={self.pad_to} must be >= 0")
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"LoaderConfig: rank={self.rank} must be in [0, world_size={self.world_size})")
         return self
@@ -131,21 +139,27 @@ class Loader:
         return windows, starts
 
     def _parts(self, position):
-        """(first, end) in the epoch's order of this rank's part of each global batch from ``position``, and the
-        position after each batch. A last short batch of fewer rows than ranks leaves some ranks no part of it."""
+        """(first, end, padding) in the epoch's order of this rank's part of each global batch from ``position``,
+        and the position after each batch: rows [first, end) and ``padding`` copies of the row before ``end``. A
+        last short batch of fewer rows than ranks leaves some ranks no part of it, unless ``pad_to`` pads it."""
         c, n = self.config, self.source.n_rows
+        n = n if c.max_rows is None else min(n, c.max_rows)
         first = np.arange(position, n, c.batch_size)
         sizes = np.minimum(n - first, c.batch_size)
         if c.drop_last:
             first, sizes = first[sizes == c.batch_size], sizes[sizes == c.batch_size]
-        lo, hi = rank_part(sizes, c.rank, c.world_size)
+        lo, hi = rank_part(np.maximum(sizes, c.pad_to), c.rank, c.world_size)
         some = hi > lo
-        return first[some] + lo[some], first[some] + hi[some], (first + sizes)[some]
+        # the padded rows past a batch's last are copies of it: a part that starts there reads that row alone
+        start, end = np.minimum(lo, sizes - 1), np.minimum(hi, sizes)
+        end = np.maximum(end, start + 1)
+        pad = (hi - lo) - (end - start)
+        return (first + start)[some], (first + end)[some], pad[some], (first + sizes)[some]
 
     def _produce(self, epoch, position):
         """Yield (device batch, position after it): this rank's part of each global batch from ``position``."""
         c = self.config
-        lo, hi, ends = self._parts(position)
+        lo, hi, pad, ends = self._parts(position)
         windows, starts = self._windows(epoch)
         k, pending, filled = 0, [], 0  # the part being assembled, its pieces (rows, row indices) and their rows
         for w in range(len(windows)):
@@ -165,6 +179,10 @@ class Loader:
                 pending.append((rows, at[done:done + q - p]))
                 filled, done = filled + q - p, done + q - p
                 if q == hi[j]:
+                    if pad[j]:
+                        last = pending[-1]
+                        pending.append((last[0], np.repeat(last[1][-1:], pad[j])))
+                        filled += int(pad[j])
                     yield self._stage(pending, filled), int(ends[j])
                     k, pending, filled = j + 1, [], 0
 

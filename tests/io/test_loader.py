@@ -154,3 +154,29 @@ def test_batches_are_staged_on_the_ranks_gpu_not_the_prefetch_threads():
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["batches", "5", "on", "device", "1"], done.stdout
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_a_capped_padded_epoch_gives_every_rank_a_part_of_every_batch(source, world):
+    """Evaluation's settings: the first 330 rows in batches of 64, the last (10 rows) and a cap that leaves 2 rows
+    padded to 8 by repeating their last row before the ranks take their parts; parts in rank order, then
+    cut to the batch, are the rows in order."""
+    for cap, last in ((330, 10), (322, 2)):
+        parts = [list(Loader(source, LoaderConfig(64, shuffle=False, drop_last=False, max_rows=cap, pad_to=8,
+                                                  rank=r, world_size=world)))
+                 for r in range(world)]
+        sizes = [64] * 5 + [last]
+        assert all(len(p) == len(sizes) for p in parts)  # no rank misses a batch
+        at = 0
+        for n, batch in zip(sizes, zip(*parts)):
+            whole = rows_of(batch)
+            assert whole.size == max(n, 8) and all(b.rows for b in batch)
+            np.testing.assert_array_equal(whole[:n], np.arange(at, at + n))
+            np.testing.assert_array_equal(whole[n:], at + n - 1)  # the padding: the batch's last row again
+            at += n
+
+
+def test_cap_and_padding_must_not_be_negative(source):
+    for bad in ({"max_rows": -1}, {"pad_to": -2}):
+        with pytest.raises(ValueError, match="must be >= 0"):
+            Loader(source, LoaderConfig(64, **bad))
