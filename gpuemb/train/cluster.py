@@ -9,9 +9,9 @@ keeps its tables whole: its collections need no routing, and they prefetch the n
 Each rank's loader (``gpuemb.io.loader``, given the rank) reads and yields only the rank's part of every global
 batch of ``--batch-size`` rows, rows ``[r G / W, (r + 1) G / W)``, so W ranks see exactly the data one process
 sees, and the loader's position (a checkpoint's) is that of the global batches whatever the world size.
-Evaluation splits each eval batch by the same rule (``loader.rank_part``) and gathers the logits, so the metrics
-are those of the whole eval set. In a world of one every collective is the local communicator's: the part is the
-whole batch, a mean is the value itself.
+Evaluation reads each eval batch by the same rule, each short one padded so that every rank has a part, and gathers
+the logits and labels, so the metrics are those of the whole eval set. In a world of one every collective is the
+local communicator's: the part is the whole batch, a mean is the value itself.
 
 ``--plan PLAN.json`` replaces the planner by a plan that ``tools/plan.py --json`` wrote for the launch's ranks (one
 rank included: a run of one process then shards its tables too), placing exactly the model's tables, those of every
@@ -30,11 +30,11 @@ from gpuemb.comm import CommCodecs, LocalCommunicator, OverlappedCommunicator
 from gpuemb.distributed import ShardedEmbeddingCollection, distribute
 from gpuemb.distributed.column import coupled_groups
 from gpuemb.distributed.dense import SliceGradients
-from gpuemb.io.loader import rank_part
 from gpuemb.sharding.plan import load_plan
 from gpuemb.store.collection import EmbeddingCollection
 
 from .errors import CheckpointError, ConfigError
+from .evaluate import gathered
 from .model import collections_of
 from .slices import Slices
 
@@ -185,10 +185,6 @@ class Cluster:
         for c in self.collections:
             c.settle()
 
-    def part(self, batch):
-        """This rank's rows of ``batch``: ``[r n / W, (r + 1) n / W)``."""
-        return batch.slice(*rank_part(batch.rows, self.rank, self.world_size))
-
     def mean(self, value):
         """The mean of a float over the ranks (the global batch's loss from the ranks' equal parts)."""
         return self.start_mean(value)()
@@ -217,12 +213,19 @@ class Cluster:
         """Rank 0's ``flag``, on every rank (a choice only rank 0 can make, e.g. from the metrics file it read)."""
         return bool(self.comm.broadcast(np.array([flag], np.int64), root=0, tag="agree")[0])
 
-    def logits(self, model, batch):
-        """The logits of the whole ``batch``: this rank's part through ``model``, gathered in rank order."""
+    # -- evaluation -------------------------------------------------------------------------------------------------
+    def eval_pad(self, batch_size):
+        """Rows each short eval batch is padded to (repeating its last row) before the ranks take their parts: the
+        global batch under ``--deterministic``, whose slices are the step's; else one a rank, so that every rank
+        runs, and so joins the sharded lookups' collectives of, every eval batch."""
+        return batch_size if self.slices is not None else self.world_size if self.world_size > 1 else 0
+
+    def eval_logits(self, model, part, n):
+        """``(logits, labels)`` of a whole eval batch of ``n`` rows, from this rank's ``part`` of it (the loader's,
+        padded by ``eval_pad``) through ``model``, gathered in rank order (``evaluate.gathered``)."""
         if self.slices is not None:
-            return self.slices.logits(model, batch)
-        mine = self.part(batch)
-        return self.comm.allgather(model(mine.dense, mine.sparse).data, tag="eval")
+            return self.slices.eval_logits(model, part, n)
+        return gathered(self.comm, model(part.dense, part.sparse).data, part.label, n)
 
     # -- bytes per step -------------------------------------------------------------------------------------------
     def begin_step(self):

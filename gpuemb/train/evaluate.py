@@ -1,15 +1,17 @@
 """Evaluation over a whole eval set: AUC, log-loss and accuracy, streaming, in eval mode and without a tape.
 
 The eval rows go through the loader in file order (no shuffle, the last batch kept short), at most
-``max_rows`` of them. Each task (label column) has its own metrics; with several tasks the top-level numbers
-are their means and ``task_auc``/``task_log_loss``/``task_accuracy`` list them per task. A task whose eval labels
-are all one class has no AUC: None (and the mean is over the other tasks).
+``max_rows`` of them; on several ranks each rank reads and runs only its part of every batch. Each task (label
+column) has its own metrics; with several tasks the top-level numbers are their means and
+``task_auc``/``task_log_loss``/``task_accuracy`` list them per task. A task whose eval labels are all one class
+has no AUC: None (and the mean is over the other tasks).
 
 An eval lookup adds the keys it has not seen to the tables, with their initial rows, and trains none of them.
 """
 import time
 
 from gpuemb.autograd import backend, no_grad
+from gpuemb.autograd.backend import get_array_module
 from gpuemb.io.loader import Loader, LoaderConfig
 from gpuemb.metrics import AUC, Accuracy, LogLoss
 
@@ -26,37 +28,54 @@ def _result(metric):
         raise
 
 
-def whole_batch_logits(model, batch):
-    """The logits of ``batch`` from ``model`` run on all of it: how one process evaluates."""
-    return model(batch.dense, batch.sparse).data
+class OneProcess:
+    """How one process evaluates: each eval batch whole through the model. ``Cluster`` is the other way: each
+    rank reads its part of every eval batch, runs it, and the parts are gathered in rank order."""
+    rank, world_size = 0, 1
+
+    def eval_pad(self, batch_size):
+        return 0
+
+    def eval_logits(self, model, batch, n):
+        return model(batch.dense, batch.sparse).data, batch.label
 
 
-def evaluate(model, source, n_tasks=1, max_rows=None, batch_size=16384, logits_of=whole_batch_logits):
-    """``{"rows", "auc", "log_loss", "accuracy", "eval_s"}`` (plus per-task lists when ``n_tasks > 1``).
+def gathered(comm, logits, labels, n):
+    """``(logits, labels)`` of a whole eval batch of ``n`` rows from each rank's part (padding cut off): one
+    allgather, of the two side by side (the labels, 0 or 1, exact in the logits' dtype)."""
+    xp = get_array_module(logits)
+    both = comm.allgather(xp.stack([logits, labels.astype(logits.dtype)], axis=-1), tag="eval")
+    return both[:n, ..., 0], both[:n, ..., 1]
 
-    ``logits_of(model, batch)``: the batch's logits; on several ranks ``Cluster.logits``, where each rank runs its
-    part of every eval batch through the model (every rank calls the sharded lookups, which are collective) and
-    the parts' logits are gathered in rank order, so every rank computes the metrics of the whole eval set."""
+
+def evaluate(model, source, n_tasks=1, max_rows=None, batch_size=16384, split=OneProcess()):
+    """``{"rows", "auc", "log_loss", "accuracy", "eval_s", "rows_read", "bytes_read"}`` (plus per-task lists when
+    ``n_tasks > 1``); what was read is this rank's (``Loader.stats``).
+
+    ``split``: how the ranks share each eval batch. ``OneProcess()``; or on several ranks ``Cluster``, where each
+    rank reads only its part of every eval batch (each short batch padded so that every rank has one: its sharded
+    lookups are collective), runs it through the model, and the parts' logits and labels are gathered in rank
+    order, so every rank computes the metrics of the whole eval set."""
     start = time.perf_counter()
     metrics = [{name: cls() for name, cls in METRICS.items()} for _ in range(n_tasks)]
-    loader = Loader(source, LoaderConfig(batch_size, shuffle=False, drop_last=False, prefetch=2))
+    total = source.n_rows if max_rows is None else min(source.n_rows, max_rows)
+    loader = Loader(source, LoaderConfig(batch_size, shuffle=False, drop_last=False, prefetch=2, max_rows=total,
+                                         pad_to=split.eval_pad(batch_size), rank=split.rank,
+                                         world_size=split.world_size))
     was_training = model.training
     rows = 0
     model.eval()
     try:
         with no_grad():
-            for batch in loader:
-                take = batch.rows if max_rows is None else min(batch.rows, max_rows - rows)
+            for part in loader:
+                n = min(batch_size, total - rows)  # the global batch's rows
                 # the metrics sort and count on the host: one copy of the logits and labels per eval batch
-                logits = backend.to_host(logits_of(model, batch.slice(0, take)))
-                labels = backend.to_host(batch.label[:take])
+                logits, labels = (backend.to_host(a) for a in split.eval_logits(model, part, n))
                 for t, task in enumerate(metrics):
                     column = (logits, labels) if n_tasks == 1 else (logits[:, t], labels[:, t])
                     for metric in task.values():
                         metric.update(*column)
-                rows += take
-                if rows == max_rows:
-                    break
+                rows += n
     finally:
         model.train(was_training)
     out = {"rows": rows}
@@ -67,4 +86,6 @@ def evaluate(model, source, n_tasks=1, max_rows=None, batch_size=16384, logits_o
         if n_tasks > 1:
             out[f"task_{name}"] = values
     out["eval_s"] = time.perf_counter() - start
+    read = loader.stats()
+    out["rows_read"], out["bytes_read"] = read["rows_read"], read["bytes_read"]
     return out

@@ -8,7 +8,8 @@ Every record has ``kind`` and ``step`` (steps trained when it was written):
   window, ``tables`` and ``hit_rate`` (``Loop.table_record``, ``table_stats.py``), and with ``--phase-times``
   ``phases``, seconds per step by phase (``phases.py``);
 - ``eval``: ``auc``, ``log_loss``, ``accuracy`` over ``rows`` eval rows (per task too, for several tasks),
-  ``teacher_auc`` where the data has a planted teacher, and ``eval_s``;
+  ``teacher_auc`` where the data has a planted teacher, ``eval_s``, and what this rank read of the eval set,
+  ``rows_read`` and ``bytes_read`` (on several ranks its part of each eval batch: rank 0's in the file);
 - ``checkpoint``: ``path``;
 - ``warning``: ``message``, once, after the first eval that shows the model collapsed (``Loop.collapse_warning``).
 

@@ -235,7 +235,7 @@ class Run:
         # Eval batches of the training size: a cached table holds the unique keys of one batch, not more.
         try:
             result = evaluate(self.model, self.data.eval, self.data.n_tasks, self.config.data.eval_rows,
-                              self.batch_size, self.cluster.logits)
+                              self.batch_size, self.cluster)
         except ValueError as e:  # the metrics refuse NaN or infinite logits
             raise DivergedError(f"the evaluation after step {self.step} failed: {e}; {self.advice()}") from None
         record = {"kind": "eval", "step": self.step, "epoch": self.pipeline.epoch, "samples": self.trainer.samples,

@@ -25,6 +25,8 @@ import numpy as np
 from gpuemb.autograd import Tensor, bce_with_logits, launches
 from gpuemb.autograd.backend import get_array_module, to_host
 
+from .evaluate import gathered
+
 
 class Slices:
     """The ``count`` micro-slices of a global batch of ``batch_size`` samples, and this rank's ``count / W`` of
@@ -88,17 +90,16 @@ class Slices:
             total += float(s)
         return total / self.batch_size
 
-    def logits(self, model, batch):
-        """The logits of ``batch`` (at most G rows): padded to G rows by repeating its last row, this rank's part
-        through ``model`` slice by slice, the parts gathered in rank order, the padding cut off."""
-        n = batch.rows
-        if n > self.batch_size:
-            raise ValueError(f"Slices.logits: a batch of {n} rows; evaluate in batches of at most "
-                             f"{self.batch_size}, the global batch")
-        at = np.minimum(np.arange(self.first * self.rows, (self.first + self.mine) * self.rows), n - 1)
-        dense, sparse = (a[get_array_module(a).asarray(at)] for a in (batch.dense, batch.sparse))
-        embedded = model.embed(sparse)
+    def eval_logits(self, model, part, n):
+        """``(logits, labels)`` of an eval batch of ``n`` rows (at most G): ``part`` is this rank's rows of it
+        padded to G rows by repeating its last row (the loader's ``pad_to``), run through ``model`` slice by slice;
+        the parts are gathered in rank order and the padding cut off."""
+        if part.rows != self.mine * self.rows or n > self.batch_size:
+            raise ValueError(f"Slices.eval_logits: a part of {part.rows} rows of an eval batch of {n}; evaluate in "
+                             f"batches of at most {self.batch_size}, the global batch, each padded to it before "
+                             f"the ranks take their parts of {self.mine * self.rows} rows")
+        embedded = model.embed(part.sparse)
         with launches.phase("interaction"):
-            out = [model.head(dense[lo:lo + self.rows], *(Tensor(e.data[lo:lo + self.rows]) for e in embedded)).data
-                   for lo, _ in self.starts()]
-        return self.comm.allgather(get_array_module(out[0]).concatenate(out), tag="eval")[:n]
+            out = [model.head(part.dense[lo:lo + self.rows], *(Tensor(e.data[lo:lo + self.rows]) for e in embedded))
+                   .data for lo, _ in self.starts()]
+        return gathered(self.comm, get_array_module(out[0]).concatenate(out), part.label, n)

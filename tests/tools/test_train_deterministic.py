@@ -26,8 +26,10 @@ def launch(mpi_run):
 
 def outcome(folder):
     """What a run left: its metrics records without timings, its dense weights, and every table's rows by key."""
-    # differ by rank or folder; "tables" holds rank 0's own stores, which hold other rows on other world sizes
-    skip = ("transfers", "transfers_ahead", "launches", "comm_bytes_per_step", "path", "tables", "hit_rate")
+    # differ by rank or folder; "tables" holds rank 0's own stores, which hold other rows on other world sizes, and
+    # an eval record's reads are rank 0's part of the eval set
+    skip = ("transfers", "transfers_ahead", "launches", "comm_bytes_per_step", "path", "tables", "hit_rate",
+            "rows_read", "bytes_read")
     metrics = [{k: v for k, v in r.items() if not k.endswith("_s") and k not in skip}
                for r in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines())]
     step, _ = ckpt.find_resume(folder / "ckpt")

@@ -56,6 +56,7 @@ def test_two_ranks_with_fp32_comms_train_and_evaluate_like_one_process(sharding,
     assert len(evals) == 2
     for a, b in evals:
         assert (a["rows"], a["step"]) == (b["rows"], b["step"])
+        assert (a["rows_read"], b["rows_read"]) == (2000, 1000)  # each rank makes only its part of the eval rows
         assert a["auc"] == pytest.approx(b["auc"], abs=1e-4) and a["log_loss"] == pytest.approx(b["log_loss"],
                                                                                               rel=1e-5)
     assert records(two, "train")[-1]["comm_bytes_per_step"]["a2a_fwd"] > 0
@@ -142,8 +143,10 @@ def test_multi_hot_bags_relayed_over_two_hosts_train_like_one_process_with_or_wi
                                                                                              mpi_run):
     """Table-row-wise multi-hot bags (summed) on 4 ranks declared as 2 hosts of 2 go by the two-level exchange
     (gpuemb/distributed/host_relay.py): one process's losses and eval metrics, within the rounding of sums taken
-    per owner, and with --overlap-comm the blocking run's bits."""
-    args = [*TINY[1:], "--preset", "multihot", "--sharding", "table_row", "--seed", str(rng.integers(1 << 20))]
+    per owner, and with --overlap-comm the blocking run's bits. The eval set's last batch, of 3 rows, is padded so
+    that each of the 4 ranks has a row of it to run."""
+    args = [*TINY[1:], "--preset", "multihot", "--sharding", "table_row", "--seed", str(rng.integers(1 << 20)),
+            "--eval-rows", "67"]
     runs = []
     # the overlapped run over a modelled link of two levels, which only waits: InfiniBand between the hosts
     links = ["--link", "ib100", "--local-link", "nvlink4"]

@@ -253,24 +253,17 @@ def test_jagged_features_take_rows_feature_major(rng):
         jagged.take([7])
 
 
-def test_a_ranks_part_of_a_batch_of_jagged_features_is_its_rows(rng):
-    jagged = random_jagged(rng, 2, 9)
-    batch = Batch(rng.random(9).astype(np.float32), rng.random((9, 3)).astype(np.float32), jagged)
-    for r in range(3):
-        config = TrainConfig.from_dict({})
-        part = Cluster(SimpleNamespace(rank=r, world_size=3, name="fake"), config).part(batch)
-        want = jagged.take(np.arange(3 * r, 3 * r + 3))
-        assert part.sparse.batch_size == 3
-        np.testing.assert_array_equal(part.sparse.values, want.values)
-        np.testing.assert_array_equal(part.sparse.offsets, want.offsets)
-
-
 def test_micro_slices_take_their_rows_of_jagged_features(rng):
-    """``--deterministic``'s evaluation pads a short batch by repeating its last row, then runs it slice by slice."""
+    """``--deterministic``'s evaluation: a short batch padded by repeating its last row (the loader's ``pad_to``),
+    run slice by slice, and the padding cut off."""
     model = models.build("dlrm", 3, CONFIGS, seed=0, bottom=(D,), top=(8,), pooling="mean")
     batch = Batch(rng.random(7).astype(np.float32), rng.random((7, 3)).astype(np.float32), random_jagged(rng, 4, 7))
-    got = Slices(2, 8, comm.LocalCommunicator(), None).logits(model, batch)
-    np.testing.assert_allclose(got, model(batch.dense, batch.sparse).data, rtol=1e-6, atol=1e-7)
+    padded = batch.take(np.minimum(np.arange(8), 6))
+    logits, labels = Slices(2, 8, comm.LocalCommunicator(), None).eval_logits(model, padded, 7)
+    np.testing.assert_allclose(logits, model(batch.dense, batch.sparse).data, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(labels, batch.label)
+    with pytest.raises(ValueError, match="a part of 7 rows of an eval batch of 7"):
+        Slices(2, 8, comm.LocalCommunicator(), None).eval_logits(model, batch, 7)
 
 
 @pytest.mark.slow

@@ -6,7 +6,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from gpuemb.io.batch import Batch
 from gpuemb.io.loader import Loader, LoaderConfig
 from gpuemb.io.synthetic import SyntheticConfig, SyntheticSource
 from gpuemb.kernels import codecs
@@ -55,16 +54,6 @@ def test_a_batch_that_does_not_split_evenly_is_refused():
     cluster(0, 4).check_batch(4096)
     with pytest.raises(ConfigError, match="--batch-size: 4098 samples do not split evenly over 4 ranks"):
         cluster(0, 4).check_batch(4098)
-
-
-@pytest.mark.parametrize("n", [1, 2, 7, 64])
-def test_the_ranks_parts_of_a_batch_are_disjoint_and_cover_it_in_order(n, rng):
-    batch = Batch(rng.random(n).astype(np.float32), rng.random((n, 3)).astype(np.float32),
-                  rng.integers(0, 1 << 40, (n, 2)))
-    parts = [cluster(r, 3).part(batch) for r in range(3)]
-    assert max(p.rows for p in parts) - min(p.rows for p in parts) <= 1
-    for got, want in zip(Batch.concat(parts).arrays(), batch.arrays()):
-        np.testing.assert_array_equal(got, want)
 
 
 def test_each_rank_reads_its_part_of_every_global_batch_and_the_global_position():

@@ -60,6 +60,8 @@ def test_streaming_metrics_equal_those_of_the_whole_set(rng, max_rows):
     assert out["log_loss"] == pytest.approx(want[1], rel=1e-5)
     assert out["accuracy"] == pytest.approx(want[2], abs=1e-12)
     assert model.calls == [False] * -(-n // 700)  # every batch in eval mode, none twice
+    assert out["rows_read"] == -(-n // 500) * 500  # the blocks that hold the rows evaluated, read whole, no more
+    assert out["bytes_read"] == out["rows_read"] * (4 + 4 * 4 + 8)
     assert model.training and model.w.grad is None  # back in training mode, and no tape was kept
 
 
