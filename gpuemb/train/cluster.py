@@ -61,8 +61,13 @@ class Cluster:
         d = config.distributed
         self.codecs = CommCodecs(d.comm_codec, d.comm_codec_backward or d.comm_codec)
         self.sharding, self.plan_file, self.plan, self._dense = d.sharding, d.plan, None, None
+        self.plan_out = d.plan_out
         self.precision = config.optimization.precision
         self.tables_whole = keeps_tables_whole(config, self.world_size)
+        if self.plan_out and self.tables_whole:
+            raise ConfigError(f"--plan-out {self.plan_out}: a run of one process keeps its tables whole, so it has no "
+                              "plan to write; plan one with tools/plan.py --world-size 1 --json, or launch several "
+                              "ranks")
         self.deterministic, self.slices = config.run.deterministic, None  # N micro-slices; Slices once sharded
         if self.deterministic and self.precision == "fp16":
             raise ConfigError("--deterministic: --precision fp16 scales the loss and skips steps by what overflowed; "
@@ -132,12 +137,32 @@ class Cluster:
             raise ConfigError(f"{source}: {e}") from None
         self.collections = collections = [c for _, c in collections_of(model, ShardedEmbeddingCollection)]
         self.plan = collections[0].plan
+        if self.plan_out:
+            self._write_plan()
         if self.deterministic:
             self._deterministic(model, collections, batch_size)
         # dropout draws by a row's index in the global batch: with this rank's offset, the ranks together draw the
         # masks one process draws (the training loader drops short batches, so every batch splits at these rows)
         model.set_row0(self.rank * batch_size // self.world_size)
         return model
+
+    def _write_plan(self):
+        """Rank 0 writes the plan to ``--plan-out`` whole (a temporary file, then renamed); if it cannot, every rank
+        stops with one line."""
+        error = None
+        if self.lead:
+            tmp = f"{self.plan_out}.tmp-{uuid.uuid4().hex[:8]}"
+            try:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    f.write(self.plan.to_json())
+                os.replace(tmp, self.plan_out)
+            except OSError as e:
+                error = (f"--plan-out {self.plan_out}: cannot write it ({e.strerror or e}); give a file in a folder "
+                         "that exists and can be written")
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+        if not self.everywhere(error is None):
+            raise ConfigError(error or f"--plan-out {self.plan_out}: rank 0 could not write it (its error says why)")
 
     def _read_plan(self, model):
         """``--plan``'s plan, checked for this world and the tables of all the model's collections; None without

@@ -304,6 +304,9 @@ class DistributedSettings(Section):
                         "planner's: one plan placing exactly the model's tables (first-order '<name>_linear' ones "
                         "too), for the ranks of the launch; overrides --sharding (docs/sharding.md)", kind="str",
                         resumable=True)
+    plan_out: str = setting(None, "write the plan this run trains on (the planner's, or --plan's) to this file, "
+                            "as tools/plan.py --json writes one: to estimate its step with tools/plan.py --plan, or "
+                            "to train on again with --plan", kind="str", resumable=True)
     link: str = setting("none", "model the link between ranks: each collective also waits out the time this link "
                         "would take (latency + bytes/bandwidth of its algorithm), and train records gain 'link' "
                         "(compute, communication and exposed seconds a step): none, ib100 (InfiniBand HDR100), "

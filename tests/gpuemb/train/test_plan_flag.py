@@ -213,3 +213,34 @@ def test_fp16_steps_refuse_a_plan_that_splits_a_table_by_columns_under_rowwise_a
                 c.shard(model, 32)
         else:
             assert c._read_plan(model).placement("C4").kind == "column"
+
+
+def test_plan_out_writes_the_plan_a_run_trained_on_which_trains_the_same_bits_and_estimates(tmp_path, capsys):
+    """--plan-out: the planner's plan of a one-process --deterministic run (which shards its tables), written as
+    tools/plan.py --json writes one. Trained on again with --plan it gives the same losses, bit for bit, and
+    tools/plan.py --plan estimates its step."""
+    out = tmp_path / "plan.json"
+    args = [*TINY, "--deterministic", "2", "--sharding", "row"]
+    assert train_main([*args, "--plan-out", str(out), "--metrics-out", str(tmp_path / "a.jsonl")]) == 0
+    written = json.loads(out.read_text())
+    assert [p["table"]["name"] for p in written["placements"]] == FEATURES
+    assert {p["kind"] for p in written["placements"]} == {"row"} and written["world_size"] == 1
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]  # written whole, then renamed
+    assert train_main([*args, "--plan", str(out), "--metrics-out", str(tmp_path / "b.jsonl")]) == 0
+    first, again = losses(tmp_path / "a.jsonl"), losses(tmp_path / "b.jsonl")
+    assert len(first) == 2 and again == first
+    est = subprocess.run([sys.executable, PLAN, "--plan", out, "--link", "ib100"], capture_output=True, text=True,
+                         timeout=120)
+    assert est.returncode == 0 and "estimated step over ib100" in est.stdout, est.stdout + est.stderr
+
+
+@pytest.mark.parametrize("case", ["tables whole", "no such folder"])
+def test_a_plan_out_that_cannot_be_written_is_one_line(case, tmp_path, capsys):
+    target = tmp_path / "plan.json" if case == "tables whole" else tmp_path / "absent" / "plan.json"
+    extra = [] if case == "tables whole" else ["--deterministic", "2"]
+    assert train_main([*TINY, *extra, "--plan-out", str(target)]) == 2
+    err = capsys.readouterr().err
+    says = {"tables whole": "a run of one process keeps its tables whole, so it has no plan to write",
+            "no such folder": "cannot write it (No such file or directory); give a file in a folder that exists"}
+    assert len(err.splitlines()) == 1 and err.startswith(f"train.py: error: --plan-out {target}: {says[case]}"), err
+    assert not target.exists() and not list(tmp_path.rglob("*.tmp-*"))
