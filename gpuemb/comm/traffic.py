@@ -17,6 +17,14 @@ A rank alone (W = 1) puts nothing on the link. Byte counts are whole bytes, roun
 """
 from .base import header
 
+# The dense gradients' default bucket (distributed/dense.py, default_bucket_bytes): a quarter of them, at most 4 MiB
+MAX_BUCKET_BYTES, BUCKET_PARTS = 4 << 20, 4
+
+
+def bucket_bytes(total):
+    """The default bucket of dense gradients of ``total`` bytes, one allreduce each: a quarter, at most 4 MiB."""
+    return max(1, min(MAX_BUCKET_BYTES, -(-total // BUCKET_PARTS)))
+
 
 def header_traffic(W):
     """The header every collective starts with: one ring allgather of the int64 header."""

@@ -19,6 +19,7 @@ overlapped communicator it gathers them in the same buckets (``buckets_of``), ea
 backward; on a blocking one, in one gather.
 """
 from gpuemb.autograd.backend import get_array_module, to_host
+from gpuemb.comm import traffic
 
 
 def broadcast_parameters(params, comm, root=0):
@@ -98,9 +99,6 @@ def buckets_of(params, bucket_bytes=None):
     return buckets
 
 
-MAX_BUCKET_BYTES, PARTS = 4 << 20, 4
-
-
 def default_bucket_bytes(params):
     """A quarter of the parameters' bytes, at most 4 MiB: a bucket starts only when the earliest layer in it has its
     gradient, so one bucket of every parameter (a small model under 4 MiB) would wait for the whole backward, and
@@ -108,8 +106,7 @@ def default_bucket_bytes(params):
     and the one left for the backward's end holds at most a quarter; three more messages cost microseconds of
     latency on the links modelled, where the allreduce of a layer hides behind the rest of the backward. Above
     16 MiB the 4 MiB cap makes more buckets, of a size that amortises a message's latency."""
-    total = sum(p.data.nbytes for p in params)
-    return max(1, min(MAX_BUCKET_BYTES, -(-total // PARTS)))
+    return traffic.bucket_bytes(sum(p.data.nbytes for p in params))
 
 
 class SliceGradients(Buckets):

@@ -25,9 +25,12 @@ Traffic per step, for a global batch of ``B`` samples over ``W`` ranks (``b = B 
 ``L`` lookups per sample: a shard that gets a share ``q`` of the table's keys (1 table- and column-wise, ``1/W``
 row-wise) sees ``U = min(B·L·q, rows)`` unique rows, an upper bound (duplicates in a batch are read once). Its
 owner reads their weights in the forward and reads and writes their whole rows in the update: ``U·(cols +
-2·width)·itemsize`` lookup bytes. Every other rank sends it its keys (8 bytes each, ``b·L·q`` of them); the owner
-sends back one vector per bag that has a key in the shard (``min(b·L·q, b·(1 − (1 − q)^L))``; one per key when
-unpooled) and gets their gradients back, ``cols·codec + scale`` bytes each. A data-parallel table is read locally
+2·width)·itemsize`` lookup bytes. Every other rank sends it its keys (8 bytes each, ``b·L·q`` of them), and for bags of
+several keys (pooled, ``L > 1``) the length of each sub-bag it holds keys of (``LENGTH_BYTES``, an int64); the
+owner sends back one vector per bag that has a key in the shard (``min(b·L·q, b·(1 − (1 − q)^L))``; one per key
+when unpooled) and gets their gradients back, ``cols·codec + scale`` bytes each. A pooled table of one lookup a
+sample may be single keys or bags of one key, which the plan cannot tell apart; it is priced as single keys,
+without lengths. A data-parallel table is read locally
 and allreduced as a dense gradient, ``2·(W − 1)/W · rows·dim·itemsize`` bytes sent per rank by a ring. Comm bytes
 are the bytes a rank sends; what it keeps for itself never leaves it.
 """
@@ -43,6 +46,8 @@ USED_FLAG_BYTES = 1
 HOME_META_BYTES = {"device": 0, "host": STEP_BYTES + USED_FLAG_BYTES, "ssd": USED_FLAG_BYTES}
 DEVICE_KEY_BYTES = INDEX_BYTES + SLOT_BYTES  # a device level's bytes a key, beside its row
 KEY_BYTES = 8
+LENGTH_BYTES = 8  # a sub-bag's length, int64, beside its keys (distributed/bag_routing.py)
+RECIPE_BYTES = 8  # a relayed sub-bag's recipe: its bag's place, an int64 (distributed/host_relay.py)
 CODEC_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
 SCALE_BYTES = {"int8": 4}  # int8 sends a float32 absmax scale beside each row
 HOMES = ("device", "host", "ssd")
@@ -137,6 +142,12 @@ def vector_bytes(cols, codec):
     return cols * CODEC_BYTES[codec] + SCALE_BYTES.get(codec, 0)
 
 
+def length_bytes(spec):
+    """The bytes a sub-bag's length adds to its keys on the wire: bags of several keys carry one; single keys (and
+    a pooled table of one lookup a sample, which may be either) none."""
+    return LENGTH_BYTES if spec.pooling is not None and spec.lookups_per_sample > 1 else 0
+
+
 def unique_rows(spec, share, rows, batch_size):
     """Rows a shard holding ``rows`` keys and a ``share`` of the table's keys touches per step, at most."""
     return min(batch_size * spec.lookups_per_sample * share, rows)
@@ -164,7 +175,7 @@ def placement_costs(placement, world_size, batch_size, codec):
         v = vectors * vector_bytes(d, codec)
         for r in range(W):
             if r != shard.rank:
-                costs[r] += RankCost(a2a_fwd=keys * KEY_BYTES, a2a_bwd=v)
+                costs[r] += RankCost(a2a_fwd=keys * KEY_BYTES + vectors * length_bytes(spec), a2a_bwd=v)
                 costs[shard.rank] += RankCost(a2a_fwd=v)
     return costs
 

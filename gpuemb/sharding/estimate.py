@@ -7,13 +7,15 @@ puts it (messages and bytes of its algorithm plus the header) and timed by ``Lin
 communication is what a ``ModelledCommunicator`` over that link records as ``modelled_s``:
 
 1. when a table is sharded: an alltoallv of the per-stream key counts (``S`` int64 to each peer), one of the keys
-   (8 bytes a lookup), then per width of the streams one of the rows (forward) and one of their gradients
-   (backward), each ``vector_bytes(width, codec)`` a vector; column shards under row-wise Adagrad add one of
-   their per-key squared-gradient sums (float64 a unique key, to each other shard);
+   (8 bytes a lookup, and for bags of several keys 8 a sub-bag, its length: ``cost.length_bytes``), then per
+   width of the streams one of the rows (forward) and one of their gradients (backward), each
+   ``vector_bytes(width, codec)`` a vector; column shards under row-wise Adagrad add one of their per-key
+   squared-gradient sums (float64 a unique key, to each other shard);
 2. when a table is data-parallel: three allgathers, of the tables' key counts, of the keys, and of the gradient
    rows (float32, the widest dim);
 3. hot rows replicated (``hot.py``; estimated only): one allreduce of their float32 gradients;
-4. ``dense_bytes``: the dense layers' gradients, one allreduce per bucket of ``DENSE_BUCKET`` bytes;
+4. ``dense_bytes``: the dense layers' gradients, one allreduce per bucket of the runtime's default size
+   (``traffic.bucket_bytes``: a quarter of them, at most 4 MiB);
 5. the training loop's mean of the loss over the ranks: an allreduce of one float64 (``LOSS_BYTES``).
 
 An alltoallv's bytes are the larger of what the rank sends and receives. Where requester ``i`` looks up a table
@@ -54,16 +56,14 @@ import numpy as np
 
 from gpuemb.comm import traffic
 
-from .cost import KEY_BYTES, row_bytes, unique_rows, vector_bytes
+from .cost import KEY_BYTES, RECIPE_BYTES, length_bytes, row_bytes, unique_rows, vector_bytes
 from .hierarchical import relay_hosts
 from .plan import HOST_KINDS
 from .report import imbalance
 
-DENSE_BUCKET = 4 << 20  # GradientAllreduce's default bucket
 SUM_BYTES = 8  # a column shard's per-key sum of squared gradients, float64
 GRAD_BYTES = 4  # gradients travel as float32
 LOSS_BYTES = 8  # the loop's loss, a float64 averaged over the ranks every step (Cluster.mean)
-RECIPE_BYTES = 8  # a relayed sub-bag's recipe: its bag's place, an int64 (host_relay.py)
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class _Step:
         v = m * vector_bytes(d, codec)
         for i in range(self.W):
             if i != r:
-                self.keys[i, r] += b * L * q * KEY_BYTES
+                self.keys[i, r] += b * L * q * KEY_BYTES + m * length_bytes(spec)
                 to = self._relay_of(i, r, spec) if keyed else i
                 if to != i:
                     self.keys[i, to] += m * RECIPE_BYTES
@@ -193,8 +193,9 @@ class _Step:
             for n in (self.dp_tables * 8, self.dp_lookups * 8, self.dp_lookups * self.dp_width * GRAD_BYTES):
                 out.append(("dp_allgather", traffic.allgather(W, (W - 1) * n), None, n * (W - 1)))
         for tag, n in (("hot_allreduce", self.hot_grad_bytes), ("allreduce", dense_bytes)):
-            for k in range(math.ceil(n / DENSE_BUCKET) if tag == "allreduce" else int(n > 0)):
-                part = min(DENSE_BUCKET, n - k * DENSE_BUCKET) if tag == "allreduce" else n
+            bucket = traffic.bucket_bytes(n) if tag == "allreduce" else n
+            for k in range(math.ceil(n / bucket) if n > 0 else 0):
+                part = min(bucket, n - k * bucket)
                 out.append((tag, traffic.allreduce(W, part), None, 2 * (W - 1) * part / W))
         out.append(("loss", traffic.allreduce(W, LOSS_BYTES), None, 2 * (W - 1) * LOSS_BYTES // W))
         return out

@@ -15,7 +15,7 @@ keys (``costs_on_hosts``).
 """
 from dataclasses import replace
 
-from .cost import KEY_BYTES, RankCost, placement_costs, vector_bytes
+from .cost import KEY_BYTES, RECIPE_BYTES, RankCost, length_bytes, placement_costs, vector_bytes
 from .plan import HOST_KINDS, Placement, Plan, Shard
 from .spec import RankBudget
 
@@ -110,7 +110,7 @@ def relayed_bytes(spec, shards, world_size, local_ranks, b, codec):
             if i == s.rank:
                 continue
             relay = i if i // L == h else h * L + i % L
-            fwd[i] += b * lookups * q * KEY_BYTES + (m * KEY_BYTES if relay != i else 0)
+            fwd[i] += b * lookups * q * KEY_BYTES + m * length_bytes(spec) + (m * RECIPE_BYTES if relay != i else 0)
             if relay != s.rank:
                 fwd[s.rank] += m * v
                 bwd[relay] += m * v

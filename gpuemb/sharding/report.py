@@ -51,8 +51,14 @@ def estimate_lines(est, title):
                     [[r, _ms(t.compute_s), _ms(t.comm_s), _ms(t.total_s), f"{t.gather_bytes / 1e6:.1f}",
                       f"{t.update_bytes / 1e6:.1f}", f"{t.link_bytes / 1e6:.2f}", t.messages]
                      for r, t in enumerate(est.ranks)])
+    sent = {}
+    for t in est.ranks:
+        for tag, n in t.sent.items():
+            sent[tag] = sent.get(tag, 0) + n
     return lines + [f"step {_ms(est.step_s)} ms (the slowest rank); imbalance (max/mean) of the ranks' time "
-                    f"{est.imbalance:.2f}"]
+                    f"{est.imbalance:.2f}",
+                    f"{len(est.ranks)} ranks send per step (as tools/train.py's last line counts them): " +
+                    ", ".join(f"{tag} {round(n):,} B" for tag, n in sent.items() if n)]
 
 
 def hot_lines(hot, est):

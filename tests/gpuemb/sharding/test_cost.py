@@ -78,37 +78,39 @@ def _costs(kind, shards, spec=SGD8, codec="int8", W=4, B=400):
 
 def test_table_wise_traffic_by_hand():
     # W=4, B=400: b=100 samples a rank, 2 keys each. The owner sees min(800, 1000) rows: 96 bytes each (8 weights
-    # read, 8 read + 8 written in the update). A non-owner sends 200 keys (1600 B) and gets 100 pooled int8 rows
-    # (8 + 4 scale = 12 B) back, whose gradients it returns; the owner sends 3 x 1200 B of rows.
+    # read, 8 read + 8 written in the update). A non-owner sends 200 keys (1600 B) and its 100 bags' lengths (800 B),
+    # and gets 100 pooled int8 rows (8 + 4 scale = 12 B) back, whose gradients it returns; the owner sends 3 x 1200 B
+    # of rows.
     costs = _costs("table", [Shard(1, 1000, (0, 8))])
     assert costs[1] == RankCost(memory=shard_memory(SGD8, 1000), lookup=800 * 96, a2a_fwd=3 * 1200, shards=1)
     for r in (0, 2, 3):
-        assert costs[r] == RankCost(a2a_fwd=1600, a2a_bwd=1200)
+        assert costs[r] == RankCost(a2a_fwd=1600 + 800, a2a_bwd=1200)
 
 
 @pytest.mark.parametrize("pooling,vectors", [("sum", 100 * (1 - 0.75 ** 2)), (None, 50)])
 def test_row_wise_traffic_by_hand(pooling, vectors):
     # 250 rows a rank, a quarter of the 800 keys: 200 unique rows at most. To each other owner a rank sends 50 keys
-    # (400 B); an owner returns a row per bag with a key in its shard, b·(1 - (3/4)^2) = 43.75 bags (pooled), or
-    # one per key (unpooled), 12 B each, and gets as many gradients back.
+    # (400 B), and pooled the lengths of its sub-bags there (8 B each); an owner returns a row per bag with a key in
+    # its shard, b·(1 - (3/4)^2) = 43.75 bags (pooled), or one per key (unpooled), 12 B each, and gets as many
+    # gradients back.
     spec = TableSpec("t", 1000, 8, lookups_per_sample=2, pooling=pooling, rule="SGDRule")
     costs = _costs("row", [Shard(r, 250, (0, 8), residue=r) for r in range(4)], spec)
-    v = vectors * 12
+    v, lengths = vectors * 12, vectors * 8 if pooling else 0
     for c in costs:
-        assert c == RankCost(memory=shard_memory(spec, 250), lookup=200 * 96, a2a_fwd=3 * 400 + 3 * v,
+        assert c == RankCost(memory=shard_memory(spec, 250), lookup=200 * 96, a2a_fwd=3 * (400 + lengths) + 3 * v,
                              a2a_bwd=3 * v, shards=1)
 
 
 def test_column_wise_traffic_by_hand():
     # two shards of 4 columns on ranks 0 and 2, fp32 on the wire: 48 lookup bytes a row (4 read, 4 + 4 updated),
-    # all 800 keys to each shard, 100 rows of 16 B back per requester.
+    # all 800 keys to each shard with the 100 bags' lengths (800 B), 100 rows of 16 B back per requester.
     costs = _costs("column", [Shard(0, 1000, (0, 4)), Shard(2, 1000, (4, 8))], codec="fp32")
     mem = shard_memory(SGD8, 1000, cols=4)
     for owner, other in ((0, 2), (2, 0)):
-        assert costs[owner] == RankCost(memory=mem, lookup=800 * 48, a2a_fwd=3 * 1600 + 1600, a2a_bwd=1600,
+        assert costs[owner] == RankCost(memory=mem, lookup=800 * 48, a2a_fwd=3 * 1600 + 2400, a2a_bwd=1600,
                                         shards=1)
     for r in (1, 3):
-        assert costs[r] == RankCost(a2a_fwd=2 * 1600, a2a_bwd=2 * 1600)
+        assert costs[r] == RankCost(a2a_fwd=2 * 2400, a2a_bwd=2 * 1600)
 
 
 def test_data_parallel_traffic_by_hand():

@@ -164,8 +164,20 @@ def test_pooled_table_row_bags_relay_their_partials_within_the_owners_host_by_ha
     owner, far = estimate_step(plan, LINK, PROFILE, local_link=NEAR).ranks[0::2]
     # owner 0 sends rank 1 its partials for rank 1 and, as rank 3's relay there, for rank 3 (24 B each), and relays
     # both of rank 2's bags to it (32 B); it gets rank 1's partials for its own bags and for rank 2's, and sends back
-    # their gradients (48 B); its keys: 16 B to rank 1
-    assert owner.sent == {"a2a_keys": 24 + 16, "a2a_fwd": 48 + 32, "a2a_bwd": 48, "loss": 12}
-    # rank 2 sends its keys to both owners (16 B each) and their places to relay 0 (8 B a sub-bag, 3 of them), and
-    # one gradient a bag to relay 0: 32 B, where single-level it sent each owner 24
-    assert far.sent == {"a2a_keys": 24 + 32 + 24, "a2a_fwd": 0, "a2a_bwd": 32, "loss": 12}
+    # their gradients (48 B); its keys: 16 B to rank 1, and the lengths of its 1.5 sub-bags there (12 B)
+    assert owner.sent == {"a2a_keys": 24 + 16 + 12, "a2a_fwd": 48 + 32, "a2a_bwd": 48, "loss": 12}
+    # rank 2 sends its keys to both owners (16 B each) with their sub-bags' lengths (12 B each) and their places to
+    # relay 0 (8 B a sub-bag, 3 of them), and one gradient a bag to relay 0: 32 B, where single-level it sent each
+    # owner 24
+    assert far.sent == {"a2a_keys": 24 + 32 + 24 + 24, "a2a_fwd": 0, "a2a_bwd": 32, "loss": 12}
+
+
+@pytest.mark.parametrize("dense, buckets", [(1000, [250] * 4), (1001, [251, 251, 251, 248]),
+                                            (40 << 20, [4 << 20] * 10), (3, [1] * 3)])
+def test_the_dense_gradients_go_in_the_runtimes_buckets(dense, buckets):
+    """A quarter of them a bucket, at most 4 MiB, one allreduce each (distributed/dense.py's default): each a ring
+    of 2 (W − 1) messages plus the header's W − 1, and 2 (W − 1) / W of the bucket sent."""
+    none, some = (estimate_step(two_tables(), LINK, PROFILE, dense_bytes=n).ranks[0] for n in (0, dense))
+    assert some.messages - none.messages == len(buckets) * 3
+    assert some.sent["allreduce"] == pytest.approx(sum(buckets))  # 2 (W - 1) / W = 1 of each, at W = 2
+    assert some.link_bytes - none.link_bytes == pytest.approx(sum(buckets) + len(buckets) * 80)

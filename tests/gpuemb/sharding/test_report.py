@@ -57,5 +57,9 @@ def test_report_adds_the_estimate_and_hot_rows():
         assert (float(compute), float(comm), float(total)) == pytest.approx(
             (r.compute_s * 1e3, r.comm_s * 1e3, r.total_s * 1e3), abs=6e-4)
     assert f"imbalance (max/mean) of the ranks' time {est.imbalance:.2f}" in text
+    sent = dict(re.findall(r"(\w+) ([\d,]+) B", text.split("2 ranks send per step (as tools/train.py")[1]
+                           .split("\n")[0]))
+    for tag in ("a2a_keys", "a2a_fwd", "a2a_bwd", "loss"):  # both ranks' sends, summed, as train.py's last line
+        assert int(sent[tag].replace(",", "")) == round(sum(r.sent[tag] for r in est.ranks)) > 0, (tag, sent)
     assert "hot rows replicated on every rank (estimated only" in text and re.search(r"^user +\d+ +0\.\d{3} ", text,
                                                                                       re.M)

@@ -20,7 +20,7 @@ from gpuemb.autograd.backend import to_device, to_host
 from gpuemb.distributed import ShardedEmbeddingCollection, plan_for
 from gpuemb.io.jagged import JaggedFeatures
 from gpuemb.sharding import Placement, Plan, RankBudget, Shard, TableSpec
-from gpuemb.sharding.cost import KEY_BYTES, placement_costs, vector_bytes
+from gpuemb.sharding.cost import KEY_BYTES, length_bytes, placement_costs, vector_bytes
 from gpuemb.store.collection import EmbeddingCollection
 from gpuemb.store.options import Initializer, TableConfig
 
@@ -124,7 +124,12 @@ def check_model_estimate(c):
     out.backward(to_device(np.ones(out.shape, np.float32)))
     sent, model = dist.comm_bytes(), placement_costs(row, W, B, "fp32")[rank]
     assert abs(sent["a2a_bwd"] / model.a2a_bwd - 1) < 0.03, (rank, sent, model)
-    assert abs(sent["a2a_fwd"] / (model.a2a_fwd - (W - 1) * B / W * L / W * KEY_BYTES) - 1) < 0.03, (rank, sent, model)
+    # the model counts the keys and the sub-bags' lengths in a2a_fwd; the exchange sends them under a2a_keys
+    b, q = B / W, 1 / W
+    keys = (W - 1) * (b * L * q * KEY_BYTES + min(b * L * q, b * (1 - (1 - q) ** L)) * length_bytes(spec))
+    assert abs(sent["a2a_fwd"] / (model.a2a_fwd - keys) - 1) < 0.03, (rank, sent, model)
+    # and those, with a head of two int64 a peer (the stream's count, whether weights follow), under a2a_keys
+    assert W == 1 or abs(sent["a2a_keys"] / (keys + (W - 1) * 16) - 1) < 0.03, (rank, sent, keys)
 
 
 def check_shared_table(c):
