@@ -20,8 +20,8 @@ MLPerf's hotness, dim 128, global batch 65536, planned by ``plan_tables`` on N G
 per GPU is ``(65536/N) / R``, ``R`` the samples/s of one H200 on the mlperf config with the device store
 (docs/perf/README.md, "On the first GPU run", End to end at batch 65536), assumed the same at every batch. The
 all-to-alls send the busiest rank's ``a2a_fwd + a2a_bwd``; the allreduces the dense parameters (the DCNv2 model
-built) and the data-parallel tables, in buckets of 4 MiB; every collective's header counts as one all-to-all
-more. NVLink 4 within a node of 8, InfiniBand NDR between nodes.
+built) and the data-parallel tables, in the runtime's buckets (a quarter, at most 4 MiB); every collective's
+header counts as one all-to-all more. NVLink 4 within a node of 8, InfiniBand NDR between nodes.
 """
 import argparse
 import json
@@ -58,7 +58,6 @@ NODE = 8
 MLPERF_BATCH = 65536
 H200_SAMPLES_PER_S = 1_059_405  # docs/perf/README.md, "On the first GPU run": mlperf at batch 65536, device store
 A2A_PER_STEP = 4  # pooled exchange: the counts, the lengths and keys, the rows, their gradients
-BUCKET_BYTES = 4 << 20  # distribute()'s dense allreduce buckets
 EMBEDDING_TAGS = ("a2a_keys", "a2a_fwd", "a2a_bwd", "column_sums", "dp_allgather")
 
 
@@ -163,7 +162,8 @@ def mlperf_traffic(gpus, args, dense):
     plan = plan_tables(tables, [RankBudget(args.device_gb * 10**9)] * gpus, MLPERF_BATCH, args.codec)
     busiest = max(c.a2a_fwd + c.a2a_bwd for c in rank_costs(plan))
     replicas = sum(p.table.rows * p.table.dim * p.table.itemsize for p in plan.placements if p.kind == "data")
-    reduces = math.ceil(dense / BUCKET_BYTES) + (1 if replicas else 0) + 1  # the buckets, the replicas, the loss
+    # the dense buckets (distribute()'s default size), the replicas, the loss
+    reduces = math.ceil(dense / traffic.bucket_bytes(dense)) + (1 if replicas else 0) + 1
     headers = A2A_PER_STEP + reduces
     return (busiest, A2A_PER_STEP), (headers * traffic.header_traffic(gpus)[1], headers), (dense + replicas, reduces)
 
