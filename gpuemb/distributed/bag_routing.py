@@ -8,8 +8,10 @@ it got and the requester combines a bag's partials (``row_partials.py``). Entrie
 keys: by destination, then stream, batch order within. No bag index travels: the partials come back in the order
 the sub-bags went, and the requester knows the bag (``pos``) of each.
 
-What travels to each peer: one int64 block of its entries' lengths, then their keys (in entry order); and, where
-any rank has weights, the keys' weights (float32) in a second all-to-all.
+What travels to each peer: one int64 block of its entries' lengths, then their keys (in entry order), then, from a
+rank with weights, the keys' weights (float32, two to an int64 word: ``pack_weights``). A peer knows how many keys
+each block holds from its lengths, and whether weights follow from the head of counts that went before, so the
+weights need no all-to-all of their own; where any rank sent weights, the keys of a rank that sent none weigh 1.
 """
 import numpy as np
 
@@ -78,13 +80,38 @@ def split_tails(received, recv_counts, tail_counts):
     return received[head], received[~head]
 
 
+def pack_weights(weights, key_counts):
+    """``(words, sizes [W])``: the float32 ``weights`` of each peer's ``key_counts[p]`` keys (in send order), two to
+    an int64 word, the last padded, so that they travel in the int64 block of the keys."""
+    ends = np.cumsum(key_counts)
+    sizes = (np.asarray(key_counts) + 1) // 2
+    out = np.zeros(int(sizes.sum()) * 2, np.float32)
+    at = np.repeat(2 * (np.cumsum(sizes) - sizes) - (ends - key_counts), key_counts)
+    out[np.arange(weights.size) + at] = weights
+    return out.view(np.int64), sizes
+
+
 class ArrivedBags:
     """The owner's side: the blocks that ``pack`` made on every peer, received peer by peer (``recv_counts [W]``
-    elements, of which the first ``entry_counts [W]`` are lengths), and the keys' ``weights`` or None."""
+    elements, of which the first ``entry_counts [W]`` are lengths), each ending with its keys' weights where
+    ``weighted[p]`` (``pack_weights``). ``weights``: per key, 1 for a peer that sent none; None where none did."""
 
-    def __init__(self, payload, recv_counts, entry_counts, weights=None):
+    def __init__(self, payload, recv_counts, entry_counts, weighted=None):
         head = _heads(entry_counts, recv_counts)
-        self.lengths, self.keys, self.weights = payload[head], payload[~head], weights
+        self.weights = None
+        if weighted is not None and np.any(weighted):
+            peer = np.repeat(np.arange(len(entry_counts)), entry_counts)
+            keys = np.bincount(peer, weights=payload[head], minlength=len(entry_counts)).astype(np.int64)
+            words = np.where(weighted, (keys + 1) // 2, 0)
+            payload, packed = split_tails(payload, recv_counts, words)
+            recv_counts = np.asarray(recv_counts) - words
+            head = _heads(entry_counts, recv_counts)
+            floats = packed.view(np.float32)
+            starts = 2 * (np.cumsum(words) - words)
+            self.weights = np.concatenate(
+                [floats[starts[p]:starts[p] + keys[p]] if weighted[p] else np.ones(keys[p], np.float32)
+                 for p in range(len(keys))])
+        self.lengths, self.keys = payload[head], payload[~head]
         self.starts = np.cumsum(self.lengths) - self.lengths
 
     def bags(self, entries):

@@ -12,14 +12,14 @@ that keeps the collectives in the same order on every rank. A forward that gets 
 bug of the caller's, and an error, not a silent second exchange that would pair with another rank's next
 collective.
 
-Bags to pool (``pooled_exchange.py``) go the same way: ``BagKeys`` sends each owner its sub-bags' lengths and keys
-(and each relay its recipes) with the per-stream counts, started ahead on an overlapped communicator and done in
-the forward elsewhere. Only per-key weights wait for the forward: whether any rank sends them is in the counts, so
-the ranks agree on that collective only once the counts have arrived.
+Bags to pool (``pooled_exchange.py``) go the same way: ``BagKeys`` sends each owner its sub-bags' lengths, keys
+and per-key weights (and each relay its recipes) with the per-stream counts, started ahead on an overlapped
+communicator and done in the forward elsewhere. The weights ride in the keys' block (``bag_routing.pack_weights``),
+so the forward exchanges nothing before the rows.
 """
 import numpy as np
 
-from .bag_routing import BagRoute, interleave, pack
+from .bag_routing import BagRoute, interleave, pack, pack_weights
 from .bags import LocalBags
 from .exchange import _Received
 from .routing import Route
@@ -52,9 +52,13 @@ class BagKeys:
         c, comm, W = collection, collection.comm, collection.comm.world_size
         self.mine, self.source = bags, source
         self.route = r = BagRoute(bags, c.table_of, c.streams, c.groups, W)
-        # each rank says whether it has weights, so that all send them or none do
+        # each rank says whether its blocks end with weights, so that an owner can tell them from the keys
         head = [r.stream_counts, np.full((W, 1), int(bags.weights is not None))]
         send, send_counts = pack(r.lengths, r.keys, r.send_counts, r.key_counts), r.send_counts + r.key_counts
+        if bags.weights is not None:  # each peer's keys' weights follow its keys, in the same block
+            words, sizes = pack_weights(r.weights, r.key_counts)
+            send = interleave(send, send_counts, words, sizes)
+            send_counts = send_counts + sizes
         self.places = None
         if c.relay:  # each relay on another host gets the recipe of this rank's sub-bags there
             F, B = bags.lengths.shape

@@ -52,11 +52,7 @@ class ShardedPooledLookup(ShardedLookup):
             payload, recipe = split_tails(payload, recv_counts, counts[:, S + 1])
             recv_counts = recv_counts - counts[:, S + 1]
             self.recipes = self.relay.received(recipe, counts[:, S + 1])
-        weights = None
-        if counts[:, S].any():
-            mine = r.weights if r.weights is not None else np.ones(r.keys.size, np.float32)
-            weights, _ = comm.alltoallv(mine, r.key_counts, tag="a2a_keys")
-        arrived = ArrivedBags(payload, recv_counts, counts[:, :S].sum(axis=1), weights)
+        arrived = ArrivedBags(payload, recv_counts, counts[:, :S].sum(axis=1), counts[:, S] > 0)
         self.counts = counts[:, :S]
         self.arrivals = a = Arrivals(self.counts, self.groups)
         for s in c.local_streams:

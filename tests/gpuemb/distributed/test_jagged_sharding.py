@@ -10,7 +10,7 @@ import pytest
 from gpuemb import comm, models, optim
 from gpuemb.distributed import ArrivedBags, Arrivals, BagRoute, ShardedEmbeddingCollection, local_bags, streams_of
 from gpuemb.distributed import pooled_exchange
-from gpuemb.distributed.bag_routing import pack
+from gpuemb.distributed.bag_routing import interleave, pack, pack_weights
 from gpuemb.distributed.row_partials import RowPartials
 from gpuemb.io.batch import Batch
 from gpuemb.io.jagged import JaggedFeatures
@@ -55,7 +55,8 @@ def test_bag_route_and_arrived_bags_match_a_loop_over_every_bag(rng):
     streams, groups = streams_of(plan, [c.name for c in CONFIGS])
     table_of = np.array([0, 1, 2, 1, 3])  # b serves two features
     owner = lambda t, k: plan.owner_of(CONFIGS[t].name, k)  # noqa: E731
-    batches = [local_bags(random_jagged(rng, 5, B, weighted=True), 5, False, None, "sum") for _ in range(W)]
+    # rank 1 has no weights: its keys weigh 1 where the others send theirs
+    batches = [local_bags(random_jagged(rng, 5, B, weighted=r != 1), 5, False, None, "sum") for r in range(W)]
     routes = [BagRoute(bags, table_of, streams, groups, W) for bags in batches]
     sent = []  # per requester: (dest, stream, pos, keys, weights) of every entry, in the order it must be sent
     for bags, route in zip(batches, routes):
@@ -70,22 +71,30 @@ def test_bag_route_and_arrived_bags_match_a_loop_over_every_bag(rng):
                             at = at[owner(st.table, bags.values[at]) == p]
                             if not at.size:
                                 continue
-                        entries.append((p, s, b * 5 + f, bags.values[at], bags.weights[at]))
+                        w = np.ones(at.size, np.float32) if bags.weights is None else bags.weights[at]
+                        entries.append((p, s, b * 5 + f, bags.values[at], w))
         entries.sort(key=lambda e: (e[0], e[1]))
         sent.append(entries)
         assert list(zip(route.dest, route.stream, route.pos)) == [e[:3] for e in entries]
         np.testing.assert_array_equal(route.lengths, [e[3].size for e in entries])
         np.testing.assert_array_equal(route.keys, np.concatenate([e[3] for e in entries]))
-        np.testing.assert_array_equal(route.weights, np.concatenate([e[4] for e in entries]).astype(np.float32))
+        if bags.weights is not None:
+            np.testing.assert_array_equal(route.weights, np.concatenate([e[4] for e in entries]).astype(np.float32))
         np.testing.assert_array_equal(route.key_counts, [sum(e[3].size for e in entries if e[0] == p)
                                                          for p in range(W)])
-    # rank r receives, peer by peer, the block each packed for it; each stream's bags come out in peer order
-    blocks = [np.split(pack(r.lengths, r.keys, r.send_counts, r.key_counts), np.cumsum(r.send_counts + r.key_counts))
-              for r in routes]
+    # rank r receives, peer by peer, the block each packed for it, weights (two to a word) after the keys where the
+    # peer has them; each stream's bags come out in peer order
+    blocks = []
+    for q in routes:
+        send, counts = pack(q.lengths, q.keys, q.send_counts, q.key_counts), q.send_counts + q.key_counts
+        if q.weights is not None:
+            words, sizes = pack_weights(q.weights, q.key_counts)
+            assert list(sizes) == list((q.key_counts + 1) // 2)
+            send, counts = interleave(send, counts, words, sizes), counts + sizes
+        blocks.append(np.split(send, np.cumsum(counts)))
     for r in range(W):
-        weights = np.concatenate([q.weights[q.dest.repeat(q.lengths) == r] for q in routes])
         arrived = ArrivedBags(np.concatenate([b[r] for b in blocks]), [b[r].size for b in blocks],
-                              [q.send_counts[r] for q in routes], weights)
+                              [q.send_counts[r] for q in routes], np.array([q.weights is not None for q in routes]))
         a = Arrivals(np.stack([q.stream_counts[r] for q in routes]), groups)
         for s in range(len(streams)):
             want = [e for entries in sent for e in entries if e[0] == r and e[1] == s]
@@ -274,7 +283,8 @@ def test_sharded_bags_train_like_one_process_on_the_global_batch(ranks, rng, mpi
 
 def test_bags_routed_ahead_pool_as_routed_now_and_a_forward_of_other_bags_is_refused(rng):
     """On an overlapped communicator the next batch's bags go to their owners before its forward (route_ahead,
-    keys_ahead.py): the forward then exchanges no key, and pools what the exchange in the forward gives."""
+    keys_ahead.py), their per-key weights with them: the forward then exchanges no key, and pools what the exchange
+    in the forward gives."""
     ref = ShardedEmbeddingCollection(CONFIGS, comm.LocalCommunicator(), bags_plan(1), mode="sum")
     over = comm.OverlappedCommunicator(comm.LocalCommunicator())
     ahead = ShardedEmbeddingCollection(CONFIGS, over, bags_plan(1), mode="sum")
@@ -284,11 +294,11 @@ def test_bags_routed_ahead_pool_as_routed_now_and_a_forward_of_other_bags_is_ref
         batch = random_jagged(rng, 4, 6, weighted=True)
         tags.clear()  # the last backward's
         ahead.route_ahead(batch)
-        assert tags == ["a2a_keys", "a2a_keys"]  # the counts, then the sub-bags' lengths and keys
+        assert tags == ["a2a_keys", "a2a_keys"]  # the counts, then the sub-bags' lengths, keys and weights
         tags.clear()
         got = ahead(batch)
-        # the forward: the weights, whose exchange the ranks agree on from the counts, then the rows
-        assert "a2a_keys" in tags[:1] and tags.count("a2a_keys") == 1, tags
+        assert "a2a_keys" not in tags and tags, tags  # the forward exchanges only rows
+
         tags.clear()
         np.testing.assert_array_equal(got.data, ref(batch).data)
         gy = rng.standard_normal(got.shape).astype(np.float32)

@@ -100,7 +100,9 @@ def check_bytes(codec, weighted, c):
     others = [routed(jagged, the_plan, W, q) for q in range(W)]
     peers = [p for p in range(W) if p != rank]
     row = vector_bytes(D, codec)
-    want = {"a2a_keys": sum(mine[0][p] * (KEY_BYTES + 4 * weighted) + mine[1][p] * 8 + (2 + 1) * 8 for p in peers),
+    # a2a_keys: the keys, their weights two to an int64 word (the last padded), the lengths, and the head
+    want = {"a2a_keys": sum(mine[0][p] * KEY_BYTES + weighted * 8 * ((mine[0][p] + 1) // 2) + mine[1][p] * 8
+                            + (2 + 1) * 8 for p in peers),
             "a2a_fwd": sum(others[q][1][rank] for q in peers) * row,
             "a2a_bwd": sum(mine[1][p] for p in peers) * row}
     got = {tag: sent[tag] for tag in want}
