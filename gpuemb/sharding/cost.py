@@ -25,14 +25,14 @@ Traffic per step, for a global batch of ``B`` samples over ``W`` ranks (``b = B 
 ``L`` lookups per sample: a shard that gets a share ``q`` of the table's keys (1 table- and column-wise, ``1/W``
 row-wise) sees ``U = min(B·L·q, rows)`` unique rows, an upper bound (duplicates in a batch are read once). Its
 owner reads their weights in the forward and reads and writes their whole rows in the update: ``U·(cols +
-2·width)·itemsize`` lookup bytes. Every other rank sends it its keys (8 bytes each, ``b·L·q`` of them), and for bags of
-several keys (pooled, ``L > 1``) the length of each sub-bag it holds keys of (``LENGTH_BYTES``, an int64); the
-owner sends back one vector per bag that has a key in the shard (``min(b·L·q, b·(1 − (1 − q)^L))``; one per key
-when unpooled) and gets their gradients back, ``cols·codec + scale`` bytes each. A pooled table of one lookup a
-sample may be single keys or bags of one key, which the plan cannot tell apart; it is priced as single keys,
-without lengths. A data-parallel table is read locally
-and allreduced as a dense gradient, ``2·(W − 1)/W · rows·dim·itemsize`` bytes sent per rank by a ring. Comm bytes
-are the bytes a rank sends; what it keeps for itself never leaves it.
+2·width)·itemsize`` lookup bytes. Every other rank sends it its keys (8 bytes each, ``b·L·q`` of them), and for
+bags of several keys (pooled, ``L > 1``) the length of each sub-bag it holds keys of (``LENGTH_BYTES``, an int64);
+the owner sends back one vector per bag that has a key in the shard (``min(b·L·q, b·(1 − (1 − q)^L))``; one per
+key when unpooled) and gets their gradients back, ``cols·codec + scale`` bytes each. A pooled table of one lookup
+a sample may be single keys or bags of one key, which the plan cannot tell apart; it is priced as single keys,
+without lengths. A data-parallel table is read locally and allreduced as a dense gradient,
+``2·(W − 1)/W · rows·dim·itemsize`` bytes sent per rank by a ring. Comm bytes are the bytes a rank sends; what it
+keeps for itself never leaves it.
 """
 from dataclasses import dataclass, fields
 
