@@ -98,6 +98,22 @@ def test_the_loader_yields_each_rows_bags_feature_major_and_resumes_exactly(tmp_
     assert not np.array_equal(ids, np.arange(900))  # shuffled
 
 
+def test_evaluations_padding_repeats_the_last_rows_bags_too(tmp_path):
+    """The eval loader's last batch, 2 rows on 3 ranks, padded with the last row (``pad_to``): the padding's
+    jagged bags are that row's."""
+    rows = make_rows(302, 3)
+    write(tmp_path, rows)
+    with ShardSource(tmp_path) as source:
+        for rank in range(3):
+            config = LoaderConfig(batch_size=100, shuffle=False, drop_last=False, pad_to=3, rank=rank, world_size=3)
+            last = list(Loader(source, config))[-1]
+            ids = last.dense[:, 0].astype(np.int64)
+            assert list(ids) == [[300], [301], [301]][rank]
+            values, lengths = expected_features(rows, ids)
+            np.testing.assert_array_equal(last.sparse.values, values)
+            np.testing.assert_array_equal(last.sparse.lengths(), lengths)
+
+
 def test_a_bag_over_the_loaders_cap_names_the_feature_and_row(tmp_path):
     rows = make_rows(200, 3)
     write(tmp_path, rows)
