@@ -34,7 +34,7 @@ from gpuemb.sharding.plan import load_plan
 from gpuemb.store.collection import EmbeddingCollection
 
 from .errors import CheckpointError, ConfigError
-from .evaluate import gathered
+from .evaluate import start_gather
 from .model import collections_of
 from .slices import Slices
 
@@ -245,12 +245,13 @@ class Cluster:
         runs, and so joins the sharded lookups' collectives of, every eval batch."""
         return batch_size if self.slices is not None else self.world_size if self.world_size > 1 else 0
 
-    def eval_logits(self, model, part, n):
-        """``(logits, labels)`` of a whole eval batch of ``n`` rows, from this rank's ``part`` of it (the loader's,
-        padded by ``eval_pad``) through ``model``, gathered in rank order (``evaluate.gathered``)."""
+    def eval_start(self, model, part, n):
+        """This rank's ``part`` of an eval batch of ``n`` rows (the loader's, padded by ``eval_pad``) through
+        ``model``; a function giving the whole batch's ``(logits, labels)``, gathered in rank order
+        (``evaluate.start_gather``)."""
         if self.slices is not None:
-            return self.slices.eval_logits(model, part, n)
-        return gathered(self.comm, model(part.dense, part.sparse).data, part.label, n)
+            return self.slices.eval_start(model, part, n)
+        return start_gather(self.comm, model(part.dense, part.sparse).data, part.label, n)
 
     # -- bytes per step -------------------------------------------------------------------------------------------
     def begin_step(self):

@@ -36,16 +36,37 @@ class OneProcess:
     def eval_pad(self, batch_size):
         return 0
 
-    def eval_logits(self, model, batch, n):
-        return model(batch.dense, batch.sparse).data, batch.label
+    def eval_start(self, model, batch, n):
+        logits = model(batch.dense, batch.sparse).data
+        return lambda: (logits, batch.label)
 
 
-def gathered(comm, logits, labels, n):
-    """``(logits, labels)`` of a whole eval batch of ``n`` rows from each rank's part (padding cut off): one
-    allgather, of the two side by side (the labels, 0 or 1, exact in the logits' dtype)."""
+def start_gather(comm, logits, labels, n):
+    """A function giving ``(logits, labels)`` of a whole eval batch of ``n`` rows from each rank's part (padding
+    cut off): one allgather, of the two side by side (the labels, 0 or 1, exact in the logits' dtype). On an
+    overlapped communicator it travels until the function is called, while the next batch is read and run; the
+    next batch's collectives queue behind it, so every rank still makes them in one order."""
     xp = get_array_module(logits)
-    both = comm.allgather(xp.stack([logits, labels.astype(logits.dtype)], axis=-1), tag="eval")
+    both = xp.stack([logits, labels.astype(logits.dtype)], axis=-1)
+    if hasattr(comm, "start"):
+        pending = comm.start("allgather", both, "eval")
+        return lambda: _cut(pending.wait(), n)
+    done = comm.allgather(both, tag="eval")
+    return lambda: _cut(done, n)
+
+
+def _cut(both, n):
     return both[:n, ..., 0], both[:n, ..., 1]
+
+
+def _update(metrics, gathered):
+    """Add a batch's ``(logits, labels)`` to each task's metrics, which sort and count on the host: one copy of
+    the two per eval batch."""
+    logits, labels = (backend.to_host(a) for a in gathered)
+    for t, task in enumerate(metrics):
+        column = (logits, labels) if len(metrics) == 1 else (logits[:, t], labels[:, t])
+        for metric in task.values():
+            metric.update(*column)
 
 
 def evaluate(model, source, n_tasks=1, max_rows=None, batch_size=16384, split=OneProcess()):
@@ -55,7 +76,9 @@ def evaluate(model, source, n_tasks=1, max_rows=None, batch_size=16384, split=On
     ``split``: how the ranks share each eval batch. ``OneProcess()``; or on several ranks ``Cluster``, where each
     rank reads only its part of every eval batch (each short batch padded so that every rank has one: its sharded
     lookups are collective), runs it through the model, and the parts' logits and labels are gathered in rank
-    order, so every rank computes the metrics of the whole eval set."""
+    order, so every rank computes the metrics of the whole eval set. ``split.eval_start(model, part, n)`` runs a
+    batch and returns a function giving its gathered ``(logits, labels)``; the loop calls it after starting the
+    next batch, so that on an overlapped communicator one batch's gather travels while the next one runs."""
     start = time.perf_counter()
     metrics = [{name: cls() for name, cls in METRICS.items()} for _ in range(n_tasks)]
     total = source.n_rows if max_rows is None else min(source.n_rows, max_rows)
@@ -67,15 +90,15 @@ def evaluate(model, source, n_tasks=1, max_rows=None, batch_size=16384, split=On
     model.eval()
     try:
         with no_grad():
+            pending = None  # the last batch's (logits, labels), gathering while this one runs
             for part in loader:
                 n = min(batch_size, total - rows)  # the global batch's rows
-                # the metrics sort and count on the host: one copy of the logits and labels per eval batch
-                logits, labels = (backend.to_host(a) for a in split.eval_logits(model, part, n))
-                for t, task in enumerate(metrics):
-                    column = (logits, labels) if n_tasks == 1 else (logits[:, t], labels[:, t])
-                    for metric in task.values():
-                        metric.update(*column)
-                rows += n
+                started = split.eval_start(model, part, n)
+                if pending is not None:
+                    _update(metrics, pending())
+                pending, rows = started, rows + n
+            if pending is not None:
+                _update(metrics, pending())
     finally:
         model.train(was_training)
     out = {"rows": rows}

@@ -25,7 +25,7 @@ import numpy as np
 from gpuemb.autograd import Tensor, bce_with_logits, launches
 from gpuemb.autograd.backend import get_array_module, to_host
 
-from .evaluate import gathered
+from .evaluate import start_gather
 
 
 class Slices:
@@ -90,16 +90,16 @@ class Slices:
             total += float(s)
         return total / self.batch_size
 
-    def eval_logits(self, model, part, n):
-        """``(logits, labels)`` of an eval batch of ``n`` rows (at most G): ``part`` is this rank's rows of it
-        padded to G rows by repeating its last row (the loader's ``pad_to``), run through ``model`` slice by slice;
-        the parts are gathered in rank order and the padding cut off."""
+    def eval_start(self, model, part, n):
+        """An eval batch of ``n`` rows (at most G): ``part`` is this rank's rows of it padded to G rows by repeating
+        its last row (the loader's ``pad_to``), run through ``model`` slice by slice; a function giving the
+        ``(logits, labels)`` of the parts gathered in rank order, the padding cut off."""
         if part.rows != self.mine * self.rows or n > self.batch_size:
-            raise ValueError(f"Slices.eval_logits: a part of {part.rows} rows of an eval batch of {n}; evaluate in "
+            raise ValueError(f"Slices.eval_start: a part of {part.rows} rows of an eval batch of {n}; evaluate in "
                              f"batches of at most {self.batch_size}, the global batch, each padded to it before "
                              f"the ranks take their parts of {self.mine * self.rows} rows")
         embedded = model.embed(part.sparse)
         with launches.phase("interaction"):
             out = [model.head(part.dense[lo:lo + self.rows], *(Tensor(e.data[lo:lo + self.rows]) for e in embedded))
                    .data for lo, _ in self.starts()]
-        return gathered(self.comm, get_array_module(out[0]).concatenate(out), part.label, n)
+        return start_gather(self.comm, get_array_module(out[0]).concatenate(out), part.label, n)

@@ -268,11 +268,11 @@ def test_micro_slices_take_their_rows_of_jagged_features(rng):
     model = models.build("dlrm", 3, CONFIGS, seed=0, bottom=(D,), top=(8,), pooling="mean")
     batch = Batch(rng.random(7).astype(np.float32), rng.random((7, 3)).astype(np.float32), random_jagged(rng, 4, 7))
     padded = batch.take(np.minimum(np.arange(8), 6))
-    logits, labels = Slices(2, 8, comm.LocalCommunicator(), None).eval_logits(model, padded, 7)
+    logits, labels = Slices(2, 8, comm.LocalCommunicator(), None).eval_start(model, padded, 7)()
     np.testing.assert_allclose(logits, model(batch.dense, batch.sparse).data, rtol=1e-6, atol=1e-7)
     np.testing.assert_array_equal(labels, batch.label)
     with pytest.raises(ValueError, match="a part of 7 rows of an eval batch of 7"):
-        Slices(2, 8, comm.LocalCommunicator(), None).eval_logits(model, batch, 7)
+        Slices(2, 8, comm.LocalCommunicator(), None).eval_start(model, batch, 7)
 
 
 @pytest.mark.slow

@@ -6,7 +6,8 @@ from gpuemb.autograd import Tensor, matmul
 from gpuemb.io.batch import Batch
 from gpuemb.io.synthetic import auc as auc_ref
 from gpuemb.nn import Module
-from gpuemb.train.evaluate import evaluate
+from gpuemb import comm
+from gpuemb.train.evaluate import OneProcess, evaluate, start_gather
 
 
 class ArraySource:
@@ -77,3 +78,42 @@ def test_each_task_has_its_own_metrics_and_the_top_level_is_their_mean(rng):
         assert out["task_accuracy"][t] == pytest.approx(want[2], abs=1e-12)
     assert out["auc"] == pytest.approx(np.mean(out["task_auc"]), abs=1e-15)
     assert not model.training  # a model evaluated in eval mode stays so
+
+
+class RecordingSplit(OneProcess):
+    """One process's evaluation, saying when each batch runs and when its result is taken."""
+
+    def __init__(self):
+        self.events = []
+
+    def eval_start(self, model, batch, n):
+        k = sum(e[0] == "run" for e in self.events)
+        self.events.append(("run", k))
+        done = super().eval_start(model, batch, n)
+        return lambda: self.events.append(("take", k)) or done()
+
+
+def test_each_batchs_result_is_taken_after_the_next_batch_has_started(rng):
+    """So that on an overlapped communicator a batch's gather travels while the next batch runs."""
+    batch, w = data(rng, 2500, 1)
+    split = RecordingSplit()
+    out = evaluate(LinearModel(w[:, 0]), ArraySource(batch), batch_size=1000, split=split)
+    assert split.events == [("run", 0), ("run", 1), ("take", 0), ("run", 2), ("take", 1), ("take", 2)]
+    assert out["rows"] == 2500
+    assert out["auc"] == pytest.approx(reference(batch.dense @ w[:, 0], batch.label)[0], abs=1e-12)
+
+
+def test_a_gather_on_an_overlapped_communicator_is_started_and_gives_the_blocking_ones_arrays(rng):
+    logits, labels = rng.standard_normal((6, 2)).astype(np.float32), (rng.random((6, 2)) < 0.5).astype(np.float32)
+    over = comm.OverlappedCommunicator(comm.LocalCommunicator())
+    ops, start = [], over.start
+    over.start = lambda op, *args: ops.append((op, args[-1])) or start(op, *args)
+    try:
+        take = start_gather(over, logits, labels, 5)
+        assert ops == [("allgather", "eval")]  # started, not waited for
+        for got, want in zip(take(), start_gather(comm.LocalCommunicator(), logits, labels, 5)()):
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(take()[0], logits[:5])
+        np.testing.assert_array_equal(take()[1], labels[:5])
+    finally:
+        over.close()
