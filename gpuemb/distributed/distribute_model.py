@@ -25,12 +25,12 @@ def _hotness(found):
             for t, h in zip(c.tables, c.hotness)}
 
 
-def distribute(model, comm, plan=None, codecs=None, bucket_bytes=None, **planning):
+def distribute(model, comm, plan=None, codecs=None, bucket_bytes=None, dedup=False, **planning):
     """Shard ``model``'s embedding collections over ``comm`` by ``plan`` (default: ``plan_for`` all their
     tables, given ``planning``: ``batch_size``, ``codec``, ``sharding``, ``rows``...; ``table_row`` and ``grid``
     find the ranks of a host by ``hosts.local_ranks`` unless ``local_ranks`` is given), with the all-to-alls in
-    ``codecs``; returns the dense ``GradientAllreduce``. Build the model the same way (seed included) on every
-    rank."""
+    ``codecs`` (and single keys sent once a rank where ``dedup``: ``ShardedEmbeddingCollection``); returns the
+    dense ``GradientAllreduce``. Build the model the same way (seed included) on every rank."""
     found = _collections(model)
     if not found:
         raise ValueError(f"distribute: {type(model).__name__} has no EmbeddingCollection attribute to shard")
@@ -42,7 +42,8 @@ def distribute(model, comm, plan=None, codecs=None, bucket_bytes=None, **plannin
         plan = plan_for(configs, comm.world_size, max(c.n_features if c.shared else 1 for _, c in found), **planning)
     for name, c in found:
         sharded = ShardedEmbeddingCollection([t.config for t in c.tables], comm, plan, codecs,
-                                             c.n_features if c.shared else None, c.mode, c.hotness, c.dim is None)
+                                             c.n_features if c.shared else None, c.mode, c.hotness, c.dim is None,
+                                             dedup)
         for t in c.tables:
             t.close()
         setattr(model, name, sharded.train(model.training))

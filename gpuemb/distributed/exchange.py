@@ -30,6 +30,7 @@ import numpy as np
 
 from gpuemb.autograd import Function, launches
 from gpuemb.autograd.backend import get_array_module, to_device, to_host
+from gpuemb.kernels.embedding_bag import embedding_bag
 
 from .routing import Arrivals, Route
 
@@ -98,6 +99,8 @@ class ShardedLookup(Function):
     def _place_group(self, out, g, ids, rows):
         """Write the ``rows`` that came back for group ``g`` (in this rank's send order) of streams ``ids``."""
         entries = self.route.group_index[g]
+        if self.route.expand is not None:  # a key sent once came back once: its row goes to each of its places
+            rows = rows[to_device(self.route.expand[g])]
         for s in ids:
             mine = np.flatnonzero(self.route.stream[entries] == s)
             self._place(out, s, entries[mine], rows[to_device(mine)])
@@ -106,7 +109,7 @@ class ShardedLookup(Function):
         """Route this rank's keys to their owners and look up, at each shard held here, the keys it received."""
         c, comm, W = self.c, self.c.comm, self.c.comm.world_size
         if self.routed is None:
-            self.route = r = Route(self.keys, c.table_of, c.streams, self.groups, W)
+            self.route = r = Route(self.keys, c.table_of, c.streams, self.groups, W, c.dedup)
             counts, _ = comm.alltoallv(r.stream_counts, np.ones(W, np.int64), tag="a2a_keys")
             received, _ = comm.alltoallv(r.keys, r.send_counts, tag="a2a_keys")
         else:  # started during the last step (``KeysAhead``)
@@ -165,6 +168,9 @@ class ShardedLookup(Function):
         c, r = self.c, self.route
         send = get_array_module(gy).empty((r.group_index[g].size, width), np.float32)
         self._fill_grads(send, gy, g, ids)
+        if r.sums is not None:  # a key sent once: the gradients of its places go back added up, in batch order
+            order, offsets = r.sums[g]
+            send = embedding_bag(send, to_device(order), to_device(offsets), "sum")
         if hasattr(c.comm, "start"):
             return c.codecs.start_backward(c.comm, send, r.group_counts[g])
         return _Received(c.codecs.alltoallv_backward(c.comm, send, r.group_counts[g]))

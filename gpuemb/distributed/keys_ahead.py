@@ -32,7 +32,7 @@ class KeysAhead:
     def __init__(self, collection, source, keys):
         c, W = collection, collection.comm.world_size
         self.source, self.mine = source, keys
-        self.route = r = Route(keys, c.table_of, c.streams, c.groups, W)
+        self.route = r = Route(keys, c.table_of, c.streams, c.groups, W, c.dedup)
         self._counts = c.comm.start("alltoallv", r.stream_counts, np.ones(W, np.int64), "a2a_keys")
         self._received = c.comm.start("alltoallv", r.keys, r.send_counts, "a2a_keys")
 

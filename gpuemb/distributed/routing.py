@@ -12,6 +12,12 @@ Per step, the requester's ``Route`` sorts its (key, stream) pairs by destination
 ``Arrivals`` finds, for each of its streams, which received keys are that stream's, and where the row of each
 received key goes in the reply of its group. The reply of a group is the received keys of that group in the
 order they arrived, so the requester reads it back in its own send order restricted to the group.
+
+With ``dedup``, a key that a rank sends several times to one owner for one stream goes once (TorchRec's index
+dedup): the owner looks it up and returns it once, and the requester copies the row to each place
+(``expand``) and adds up the places' gradients before they go back (``sums``). On skewed data a batch's hot keys
+then cost a rank one key, one row and one gradient each, however often they occur. The owner adds the ranks'
+partial sums, so a row's gradient rounds by the world size: not for ``--deterministic``.
 """
 from dataclasses import dataclass
 
@@ -78,9 +84,16 @@ class Route:
     ``keys``, ``pos`` (flat index ``b·F + f`` into ``[B, F]``) and ``stream`` of each sent entry, in send order;
     ``send_counts [W]``; ``stream_counts [W, S]``; and per group g, ``group_index[g]`` (the entries of the group,
     in send order) and ``group_counts[g] [W]``.
-    """
 
-    def __init__(self, keys, table_of, streams, groups, world_size):
+    ``dedup``: entries of one (destination, stream, key) are sent once. ``pos``, ``stream``, ``dest`` and
+    ``group_index`` still list every entry; ``keys`` and the counts are what is sent; ``expand[g]`` gives, for each
+    entry of ``group_index[g]``, its row among the group's rows that come back, and ``sums[g]`` is
+    ``(order, offsets)``: the group's entries grouped by that row, in send order within (an ``embedding_bag`` sum
+    of their gradients). Without it ``expand`` is None.
+    """
+    expand = sums = None
+
+    def __init__(self, keys, table_of, streams, groups, world_size, dedup=False):
         B, F = keys.shape
         W = world_size
         pos, sid, dest = [], [], []
@@ -92,6 +105,39 @@ class Route:
             dest.append(st.owners(keys.reshape(-1)[p]))
         self._sort(pos, sid, dest, groups, W)
         self.keys = np.ascontiguousarray(keys.reshape(-1)[self.pos])
+        if dedup:
+            self._dedup(groups, W)
+
+    def _dedup(self, groups, W):
+        """Send each (destination, stream, key) once (the class docstring)."""
+        n, S = self.keys.size, self.stream_counts.shape[1]
+        order = np.lexsort((self.keys, self.stream, self.dest))  # stable: a run's first entry is its first sent
+        k, s, d = self.keys[order], self.stream[order], self.dest[order]
+        new = np.ones(n, bool)
+        new[1:] = (k[1:] != k[:-1]) | (s[1:] != s[:-1]) | (d[1:] != d[:-1])
+        first = order[new]  # one entry of each run; sorted, they keep the send order of destination, then stream
+        by_send = np.argsort(first, kind="stable")
+        sent_of_run = np.empty(first.size, np.int64)
+        sent_of_run[by_send] = np.arange(first.size)
+        sent_of = np.empty(n, np.int64)
+        sent_of[order] = sent_of_run[np.cumsum(new) - 1]  # each entry's place among the sent ones
+        sent = first[by_send]
+        self.keys = np.ascontiguousarray(self.keys[sent])
+        dest, stream = self.dest[sent], self.stream[sent]
+        self.send_counts = np.bincount(dest, minlength=W).astype(np.int64)
+        self.stream_counts = np.zeros((W, S), np.int64)
+        np.add.at(self.stream_counts, (dest, stream), 1)
+        self.group_counts = [self.stream_counts[:, ids].sum(axis=1) for _, ids in groups]
+        group_of = group_ids(groups, S)[stream]
+        in_group = np.zeros(sent.size, np.int64)  # a sent entry's row among its group's
+        for g in range(len(groups)):
+            mine = group_of == g
+            in_group[mine] = np.arange(int(mine.sum()))
+        self.expand = [in_group[sent_of[e]] for e in self.group_index]
+        self.sums = []
+        for rows, m in zip(self.expand, self.group_counts):
+            by_row = np.argsort(rows, kind="stable")
+            self.sums.append((by_row, np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=int(m.sum())))])))
 
     def _sort(self, pos, sid, dest, groups, W):
         """Put the entries (lists of per-stream arrays ``pos``, ``sid``, ``dest``) in send order and count them;

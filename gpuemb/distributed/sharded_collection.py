@@ -40,10 +40,11 @@ class ShardedEmbeddingCollection(Module):
     sharded over ``comm``'s ranks by ``plan`` (default: ``plan_for(configs, world_size)``), with the all-to-alls
     in ``codecs`` (default fp32 both ways); ``mode``, ``hotness`` and ``mixed_dims`` as in
     ``EmbeddingCollection``: pooling several keys of a feature, and tables of several dims, whose rows come out
-    side by side, ``[B, width]``."""
+    side by side, ``[B, width]``. ``dedup``: single keys go to their owner once a rank and stream, their rows come
+    back once and their gradients go back summed (``routing.py``); off under ``same_bits``."""
 
     def __init__(self, configs, comm, plan=None, codecs=None, n_features=None, mode="sum", hotness=None,
-                 mixed_dims=False):
+                 mixed_dims=False, dedup=False):
         if mode not in MODES:
             raise ValueError(f"ShardedEmbeddingCollection: mode={mode!r}; use one of {', '.join(MODES)}")
         configs, self.dim = stackable(configs, n_features, "ShardedEmbeddingCollection", mixed_dims)
@@ -56,6 +57,8 @@ class ShardedEmbeddingCollection(Module):
         # on where a step must be the same bits on any W (--deterministic): a row-wise owner's partial sum of a bag
         # rounds by which of its keys the owner holds, so pooling such bags by sum or mean is refused then
         self.same_bits = False
+        # a rank sends a key once to each owner however often its part holds it (routing.py): single keys only
+        self.dedup = bool(dedup)
         self.n_features = n_features if self.shared else len(configs)
         self.hotness = fixed_hotness(hotness, self.n_features, "ShardedEmbeddingCollection")
         hot = {} if self.shared or self.hotness is None else {c.name: h for c, h in zip(configs, self.hotness)}
@@ -98,6 +101,10 @@ class ShardedEmbeddingCollection(Module):
         self.settle()  # a lookup reads the rows as the last backward left them
         sparse = self._plain(sparse)
         single = self._single_keys(sparse)  # else bags to pool
+        if single and self.dedup and self.same_bits:
+            raise ValueError("ShardedEmbeddingCollection: dedup adds a rank's gradients of one key before they "
+                             "travel, so a row's update rounds by the world size; for the same bits on any world "
+                             "size leave dedup off")
         if not single and self.same_bits and self.partial_sums():
             raise ValueError(f"ShardedEmbeddingCollection: table {self.partial_sums()[0]!r} is row-wise and "
                              f"pools bags by {self.mode}, whose partial sums round by the world size; for the "

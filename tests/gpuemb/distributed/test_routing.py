@@ -69,6 +69,37 @@ def test_route_and_arrivals_match_a_loop_over_every_key(rng):
                 assert a.group_counts[g][q] == route.group_counts[g][r] == mine.size
 
 
+def test_a_deduplicated_route_sends_each_key_once_an_owner_and_stream_and_expands_back(rng):
+    plan = three_rank_plan()
+    streams, groups = streams_of(plan, [c.name for c in CONFIGS])
+    table_of = np.array([0, 1, 2, 1, 3])
+    S, group_of = len(streams), np.array([g for g, (_, ids) in enumerate(groups) for _ in ids])
+    for keys in (rng.integers(0, 6, (20, 5)), rng.integers(0, 1000, (20, 5)), np.zeros((0, 5), np.int64)):
+        plain, d = Route(keys, table_of, streams, groups, W), Route(keys, table_of, streams, groups, W, dedup=True)
+        assert plain.expand is None and plain.sums is None
+        for a in ("pos", "stream", "dest"):  # every entry is still listed, in the same order
+            np.testing.assert_array_equal(getattr(d, a), getattr(plain, a))
+        sent_stream = np.repeat(np.tile(np.arange(S), W), d.stream_counts.reshape(-1))
+        sent_dest = np.repeat(np.arange(W), d.send_counts)
+        np.testing.assert_array_equal(d.send_counts, d.stream_counts.sum(axis=1))
+        for w in range(W):
+            for s in range(S):  # each (owner, stream): its distinct keys, in the order they first occur
+                seg = plain.keys[(plain.dest == w) & (plain.stream == s)]
+                _, first = np.unique(seg, return_index=True)
+                np.testing.assert_array_equal(d.keys[(sent_dest == w) & (sent_stream == s)], seg[np.sort(first)])
+        for g in range(len(groups)):
+            mine = group_of[sent_stream] == g
+            np.testing.assert_array_equal(d.group_counts[g], np.bincount(sent_dest[mine], minlength=W))
+            # the rows that come back for the group, one a sent key, copied to every entry, give its keys
+            np.testing.assert_array_equal(d.keys[mine][d.expand[g]], plain.keys[plain.group_index[g]])
+            order, offsets = d.sums[g]
+            assert offsets[-1] == order.size == d.expand[g].size and offsets.size == mine.sum() + 1
+            for u in range(mine.sum()):  # the entries a row's gradient adds up, in send order
+                np.testing.assert_array_equal(order[offsets[u]:offsets[u + 1]], np.flatnonzero(d.expand[g] == u))
+        assert d.stream_counts.max(initial=0) <= np.unique(keys).size  # hence 6 at most from keys of 0 to 5
+    assert d.keys.size == 0 and all(c.sum() == 0 for c in d.group_counts)
+
+
 def one_rank_plan(kinds):
     specs = [TableSpec.from_config(c, 100) for c in CONFIGS]
     return Plan((RankBudget(1 << 30),), tuple(
