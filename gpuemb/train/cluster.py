@@ -61,7 +61,7 @@ class Cluster:
         d = config.distributed
         self.codecs = CommCodecs(d.comm_codec, d.comm_codec_backward or d.comm_codec)
         self.sharding, self.plan_file, self.plan, self._dense = d.sharding, d.plan, None, None
-        self.plan_out = d.plan_out
+        self.plan_out, self.dedup = d.plan_out, d.dedup_keys
         self.precision = config.optimization.precision
         self.tables_whole = keeps_tables_whole(config, self.world_size)
         if self.plan_out and self.tables_whole:
@@ -69,6 +69,10 @@ class Cluster:
                               "plan to write; plan one with tools/plan.py --world-size 1 --json, or launch several "
                               "ranks")
         self.deterministic, self.slices = config.run.deterministic, None  # N micro-slices; Slices once sharded
+        if self.deterministic and self.dedup:
+            raise ConfigError("--deterministic: --dedup-keys adds each rank's gradients of a key before they travel, "
+                              "so a row's update rounds by the number of ranks; leave --dedup-keys off for runs that "
+                              "are the same bits on any number of ranks")
         if self.deterministic and self.precision == "fp16":
             raise ConfigError("--deterministic: --precision fp16 scales the loss and skips steps by what overflowed; "
                               "train in fp32 or bf16 for runs that are the same bits on any number of ranks")
@@ -106,7 +110,8 @@ class Cluster:
         placed = ", ".join(f"{n} {k}" for k, n in kinds.items())
         source = f" (--plan {self.plan_file})" if self.plan_file else ""
         return (f"{self.world_size} ranks ({self.comm.name}); all-to-alls {self.codecs.forward} forward, "
-                f"{self.codecs.backward} backward; tables{source}: {placed}")
+                f"{self.codecs.backward} backward{', keys deduplicated' if self.dedup else ''}; tables{source}: "
+                f"{placed}")
 
     # -- building -------------------------------------------------------------------------------------------------
     def check_batch(self, batch_size):
@@ -131,8 +136,8 @@ class Cluster:
         source = f"--plan {self.plan_file}" if self.plan_file else f"--sharding {self.sharding}"
         plan = self._read_plan(model)
         try:
-            self._dense = distribute(model, self.comm, plan, codecs=self.codecs, batch_size=batch_size,
-                                     codec=self.codecs.forward, sharding=self.sharding)
+            self._dense = distribute(model, self.comm, plan, codecs=self.codecs, dedup=self.dedup,
+                                     batch_size=batch_size, codec=self.codecs.forward, sharding=self.sharding)
         except ValueError as e:  # the planner's PlanError, or a plan that does not fit a table: each says what to do
             raise ConfigError(f"{source}: {e}") from None
         self.collections = collections = [c for _, c in collections_of(model, ShardedEmbeddingCollection)]

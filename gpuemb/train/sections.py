@@ -319,6 +319,10 @@ class DistributedSettings(Section):
                                  "the step computes: the rows during the bottom MLP, the next batch's key exchange "
                                  "during the backward, the dense allreduce in buckets during the backward; the same "
                                  "bits as without (docs/distributed.md, Overlap)", resumable=True)
+    dedup_keys: bool = setting(False, "send a key of a one-hot feature once a rank to its owner, however often the "
+                               "rank's part holds it: its row comes back once and its gradients go back summed, "
+                               "so skewed data sends fewer keys, rows and gradients; not with --deterministic "
+                               "(docs/distributed.md, Deduplicated keys)", resumable=True)
 
     def check(self):
         for name in ("link", "local_link"):

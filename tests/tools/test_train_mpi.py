@@ -42,8 +42,9 @@ def test_int8_comms_train_on_two_ranks_and_report_the_bytes_per_step(launch):
 
 
 @pytest.mark.parametrize("sharding, extra", [("table", []), ("row", []), ("column", []),
-                                             ("row", ["--model-arg", "dropout=0.3"])],
-                         ids=["table", "row", "column", "row-dropout"])
+                                             ("row", ["--model-arg", "dropout=0.3"]),
+                                             ("row", ["--dedup-keys", "--overlap-comm"])],
+                         ids=["table", "row", "column", "row-dropout", "row-dedup-overlap"])
 def test_two_ranks_with_fp32_comms_train_and_evaluate_like_one_process(sharding, extra, tmp_path, launch):
     # with dropout, each rank draws its slice's masks by their rows' index in the global batch (Module.set_row0)
     args = ["--steps", "4", "--log-every", "1", "--eval-every", "2", *SHORT, *extra]
@@ -60,6 +61,21 @@ def test_two_ranks_with_fp32_comms_train_and_evaluate_like_one_process(sharding,
         assert a["auc"] == pytest.approx(b["auc"], abs=1e-4) and a["log_loss"] == pytest.approx(b["log_loss"],
                                                                                               rel=1e-5)
     assert records(two, "train")[-1]["comm_bytes_per_step"]["a2a_fwd"] > 0
+
+
+def test_dedup_keys_send_fewer_keys_rows_and_gradients_and_train_alike(tmp_path, launch):
+    """The default data's keys are skewed, so a rank's part of 256 holds its hot keys many times: each goes once."""
+    args = ["--steps", "3", "--log-every", "3", "--sharding", "row", *SHORT]
+    summary(launch(2, *args, "--metrics-out", tmp_path / "plain.jsonl"))
+    out = launch(2, *args, "--dedup-keys", "--metrics-out", tmp_path / "dedup.jsonl")
+    summary(out)
+    assert "backward, keys deduplicated; tables" in out.stdout
+    (plain,), (dedup,) = records(tmp_path / "plain.jsonl", "train"), records(tmp_path / "dedup.jsonl", "train")
+    assert dedup["loss"] == pytest.approx(plain["loss"], rel=1e-5)
+    fewer = {tag: dedup["comm_bytes_per_step"][tag] / plain["comm_bytes_per_step"][tag]
+             for tag in ("a2a_keys", "a2a_fwd", "a2a_bwd")}
+    assert all(ratio < 0.9 for ratio in fewer.values()), fewer
+    assert dedup["comm_bytes_per_step"]["allreduce"] == plain["comm_bytes_per_step"]["allreduce"]
 
 
 def test_int8_comms_cost_no_auc_against_fp32(tmp_path, launch):
@@ -101,6 +117,7 @@ def test_a_checkpoint_of_n_ranks_resumes_in_m_and_continues_as_the_run_would(sav
 @pytest.mark.parametrize("flags, says", [
     (["--comm-backend", "local"], "backend='local' in a job of 2 ranks"),
     (["--batch-size", "255"], "--batch-size: 255 samples do not split evenly over 2 ranks"),
+    (["--deterministic", "2", "--dedup-keys"], "--deterministic: --dedup-keys adds each rank's gradients"),
 ])
 def test_a_bad_launch_exits_2_with_one_line_per_rank(flags, says, launch):
     out = launch(2, "--steps", "2", *SHORT, *flags)
