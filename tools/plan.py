@@ -107,6 +107,10 @@ def parse_args(argv):
                           "(HugeCTR's hybrid embedding; an estimate only, the plan does not hold them)")
     est.add_argument("--dense-bytes", type=int, default=0,
                      help="the dense layers' gradient bytes allreduced a step, for the estimate (default 0)")
+    est.add_argument("--dedup-keys", action="store_true",
+                     help="estimate the step of tools/train.py --dedup-keys: each rank sends a distinct single key "
+                          "once to its shard (the distinct keys of its lookups under the skew; without one, at "
+                          "most its lookups or the table's rows)")
     args = p.parse_args(argv)
     if args.link is not None:
         try:
@@ -119,8 +123,10 @@ def parse_args(argv):
             args.local_link = parse_link(args.local_link or "nvlink4", "--local-link")
         except ValueError as e:
             p.error(str(e))
-    elif args.skew is not None or args.sample or args.hot_rows or args.dense_bytes or args.local_link:
-        p.error("--skew, --sample, --hot-rows, --dense-bytes and --local-link shape the estimate; give --link too")
+    elif args.skew is not None or args.sample or args.hot_rows or args.dense_bytes or args.local_link or \
+            args.dedup_keys:
+        p.error("--skew, --sample, --hot-rows, --dense-bytes, --local-link and --dedup-keys shape the estimate; give "
+                "--link too")
     if args.skew is not None and not (args.skew >= 0 and math.isfinite(args.skew)):
         p.error(f"--skew must be a finite Zipf exponent >= 0, got {args.skew}")
     if args.sample_rows < 1 or args.dense_bytes < 0:
@@ -190,11 +196,12 @@ def estimate_lines(args, plan):
     profile = PROFILES[args.profile]
     # a host's own ranks talk over --local-link where the plan has hosts; estimate_step ignores it otherwise
     local = args.local_link if plan.local_ranks and plan.local_ranks < plan.world_size else None
-    est = estimate_step(plan, args.link, profile, skews, dense_bytes=args.dense_bytes, local_link=local)
+    est = estimate_step(plan, args.link, profile, skews, dense_bytes=args.dense_bytes, local_link=local,
+                        dedup=args.dedup_keys)
     hot = None
     if args.hot_rows:
         hot = estimate_step(plan, args.link, profile, skews, choose_hot_rows(plan, skews), args.dense_bytes,
-                            local_link=local)
+                            local_link=local, dedup=args.dedup_keys)
     return est, hot
 
 

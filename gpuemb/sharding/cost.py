@@ -142,10 +142,16 @@ def vector_bytes(cols, codec):
     return cols * CODEC_BYTES[codec] + SCALE_BYTES.get(codec, 0)
 
 
+def single_keys(spec):
+    """Whether ``spec`` is priced as single keys: unpooled, or pooled of one lookup a sample, which may be single
+    keys or bags of one key (the plan cannot tell)."""
+    return spec.pooling is None or spec.lookups_per_sample <= 1
+
+
 def length_bytes(spec):
-    """The bytes a sub-bag's length adds to its keys on the wire: bags of several keys carry one; single keys (and
-    a pooled table of one lookup a sample, which may be either) none."""
-    return LENGTH_BYTES if spec.pooling is not None and spec.lookups_per_sample > 1 else 0
+    """The bytes a sub-bag's length adds to its keys on the wire: bags of several keys carry one; single keys
+    (``single_keys``) none."""
+    return 0 if single_keys(spec) else LENGTH_BYTES
 
 
 def unique_rows(spec, share, rows, batch_size):

@@ -35,6 +35,13 @@ of the lookups, 1 for ``table_row`` and ``grid``), in a second alltoallv a width
 the relay the recipe of its sub-bags there with the keys (``RECIPE_BYTES`` each, and a few counts the estimate
 leaves out).
 
+Deduplicated keys (``dedup``: ``--dedup-keys``, ``routing.py``): a requester sends each distinct single key once
+to each shard, so a shard gets and returns ``min(b·L·q, D/n)`` keys and vectors from it, ``D`` the distinct keys
+among a rank's ``b·L`` lookups (``KeySkew.unique_rows(b·L, rows)``, less the hot rows; without a skew the bound
+``min(b·L, rows)``) and ``n`` the ranks its column range is spread over (a hash spreads distinct keys evenly), and
+gathers that many. That is for tables priced as single keys (``cost.single_keys``: a pooled table of one lookup
+a sample too); bags of several keys are estimated as without it, as the runtime sends them.
+
 Hosts: where the plan states ``local_ranks`` and ``local_link`` is given, an alltoallv's peers on the rank's own
 host are reached over ``local_link`` (e.g. NVLink) and the others over ``link`` (e.g. InfiniBand): each link
 carries one message a peer on it and the larger of what the rank sends and receives over it, and since the two
@@ -56,7 +63,7 @@ import numpy as np
 
 from gpuemb.comm import traffic
 
-from .cost import KEY_BYTES, RECIPE_BYTES, length_bytes, row_bytes, unique_rows, vector_bytes
+from .cost import KEY_BYTES, RECIPE_BYTES, length_bytes, row_bytes, single_keys, unique_rows, vector_bytes
 from .hierarchical import relay_hosts
 from .plan import HOST_KINDS
 from .report import imbalance
@@ -92,6 +99,7 @@ class StepEstimate:
     hot: dict
     skew_note: str = ""
     local_link: object = None  # the link within a host, where the plan's hosts were given one
+    dedup: bool = False  # single keys sent once a rank (--dedup-keys)
 
     @property
     def step_s(self):
@@ -119,17 +127,19 @@ class _Step:
         self.dp_tables, self.dp_lookups, self.dp_width = 0, 0.0, 0
         self.hot_grad_bytes = 0.0
 
-    def serve(self, spec, shard, q, unique, b, codec, keyed=False):
+    def serve(self, spec, shard, q, unique, b, codec, keyed=False, distinct=None):
         """Shard ``shard`` of ``spec`` serves a share ``q`` of every rank's ``b·L`` lookups and holds ``unique``
-        rows that the step updates; ``keyed``: its owner depends on the key (its bags' partials may be relayed)."""
+        rows that the step updates; ``keyed``: its owner depends on the key (its bags' partials may be relayed);
+        ``distinct``: under dedup, the distinct keys each rank sends it (None: one a lookup)."""
         L, d, r = spec.lookups_per_sample, shard.cols[1] - shard.cols[0], shard.rank
-        self.gather[r] += self.W * b * L * q * d * spec.itemsize
+        k = b * L * q if distinct is None else min(b * L * q, distinct)  # keys a requester sends
+        self.gather[r] += self.W * k * d * spec.itemsize
         self.update[r] += unique * 2 * row_bytes(spec, d)
-        m = b * L * q if spec.pooling is None else min(b * L * q, b * (1 - (1 - q) ** L))
+        m = k if spec.pooling is None else min(k, b * (1 - (1 - q) ** L))
         v = m * vector_bytes(d, codec)
         for i in range(self.W):
             if i != r:
-                self.keys[i, r] += b * L * q * KEY_BYTES + m * length_bytes(spec)
+                self.keys[i, r] += k * KEY_BYTES + m * length_bytes(spec)
                 to = self._relay_of(i, r, spec) if keyed else i
                 if to != i:
                     self.keys[i, to] += m * RECIPE_BYTES
@@ -229,12 +239,12 @@ def _near(plan, local_link):
     return (host[:, None] == host[None, :]) & ~np.eye(W, dtype=bool)
 
 
-def estimate_step(plan, link, profile, skews=None, hot=None, dense_bytes=0, local_link=None):
+def estimate_step(plan, link, profile, skews=None, hot=None, dense_bytes=0, local_link=None, dedup=False):
     """A ``StepEstimate`` of ``plan``'s step over ``link`` (a ``gpuemb.comm.link.Link``) on ``profile`` (a
     ``DeviceProfile``); ``skews``: ``{table: KeySkew}`` (absent: no skew known, the cost model's bounds); ``hot``:
     ``{table: HotRows}`` replicated on every rank (``hot.py``); ``dense_bytes``: the dense gradients allreduced a
     step; ``local_link``: the link between the ranks of one host (``plan.local_ranks``), None: every peer over
-    ``link``. See the module docstring."""
+    ``link``; ``dedup``: single keys sent once a rank (``--dedup-keys``). See the module docstring."""
     skews, hot = dict(skews or {}), dict(hot or {})
     _check(plan, link, profile, skews, hot, dense_bytes, local_link)
     W, B = plan.world_size, plan.batch_size
@@ -261,6 +271,9 @@ def estimate_step(plan, link, profile, skews=None, hot=None, dense_bytes=0, loca
             st.hot_grad_bytes += h * spec.dim * GRAD_BYTES
             U = max(U - h, 0.0)
         ranges = sorted({s.cols for s in p.shards})
+        D = None
+        if dedup and single_keys(spec):  # the distinct keys of a rank's lookups, the hot ones kept home
+            D = max((skew.unique_rows(b * L, spec.rows) if skew else min(b * L, spec.rows)) - h, 0.0)
         if p.kind == "row" or p.kind in HOST_KINDS:  # each column range row-wise over its n ranks
             n = len(p.shards) // len(ranges)
             owners = (skew.owner_shares(spec.rows, n, row_tables % n, h) if skew else
@@ -268,7 +281,8 @@ def estimate_step(plan, link, profile, skews=None, hot=None, dense_bytes=0, loca
             row_tables += 1
             st.streams += len(ranges)
             for s in p.shards:
-                st.serve(spec, s, owners[s.residue], U / n, b, plan.codec, keyed=True)
+                st.serve(spec, s, owners[s.residue], U / n, b, plan.codec, keyed=True,
+                         distinct=None if D is None else D / n)
             for cols in ranges:
                 part = [s for s in p.shards if s.cols == cols]
                 st.relay_bags(spec, part, [owners[s.residue] for s in part], b, plan.codec)
@@ -276,7 +290,7 @@ def estimate_step(plan, link, profile, skews=None, hot=None, dense_bytes=0, loca
             n = 1
             st.streams += len(p.shards)
             for s in p.shards:
-                st.serve(spec, s, 1 - hot_share, U, b, plan.codec)
+                st.serve(spec, s, 1 - hot_share, U, b, plan.codec, distinct=D)
         if p.kind in ("column", "grid") and len(ranges) > 1 and spec.rule == "RowwiseAdagradRule":
             st.coupled = True  # the shards of one residue, one a column range, add up each key's sums
             for s in p.shards:
@@ -299,7 +313,7 @@ def estimate_step(plan, link, profile, skews=None, hot=None, dense_bytes=0, loca
         ranks.append(RankTime(float(st.gather[r]), float(st.update[r]),
                               profile.seconds(st.gather[r], st.update[r]), messages, nbytes, comm_s, dict(sent)))
     return StepEstimate(link, profile, tuple(ranks), hot, _skew_note(skews, len(plan.placements)),
-                        local_link if near is not None else None)
+                        local_link if near is not None else None, dedup)
 
 
 def _skew_note(skews, n_tables):

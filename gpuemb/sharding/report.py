@@ -90,8 +90,9 @@ def format_report(plan, estimate=None, hot_estimate=None):
                     left=(0, 3, 4, 5, 7))
     if estimate is not None:
         within = f" between hosts, {estimate.local_link.name} within one," if estimate.local_link else ""
+        dedup = ", keys deduplicated a rank" if estimate.dedup else ""
         lines += [""] + estimate_lines(estimate, f"estimated step over {estimate.link.name}{within} on "
-                                                 f"{estimate.profile.name} ({_skew_words(estimate)}):")
+                                                 f"{estimate.profile.name} ({_skew_words(estimate)}{dedup}):")
     if hot_estimate is not None:
         lines += ["", "hot rows replicated on every rank (estimated only: the plan and the runtime do not hold "
                       "them):"] + hot_lines(hot_estimate.hot, hot_estimate)

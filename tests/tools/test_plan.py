@@ -65,6 +65,7 @@ def test_no_fit_is_one_line_and_exit_1():
     (["--config", "missing.json"], "No such file or directory: 'missing.json'"),
     (["--preset", "criteo-1tb", "--link", "ib50"], "--link 'ib50' is not a link; use one of none, ib100"),
     (["--preset", "criteo-1tb", "--skew", "1.05"], "give --link too"),
+    (["--preset", "criteo-1tb", "--dedup-keys"], "give --link too"),
     (["--preset", "criteo-1tb", "--link", "ib100", "--skew", "-1"], "--skew must be a finite Zipf exponent"),
     (["--preset", "criteo-1tb", "--link", "ib100", "--profile", "a100"], "invalid choice: 'a100'"),
     (["--preset", "criteo-1tb", "--link", "ib100", "--skew", "1", "--sample", "d"], "not allowed with argument"),
@@ -120,6 +121,19 @@ def test_estimate_columns_and_hot_rows(tool, capsys):
     assert len(re.findall(r"^[01] +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+ +\d+$", out, re.M)) == 2
     assert "imbalance (max/mean) of the ranks' time" in out and "estimated only" in out
     assert re.search(r"^C3 +\d+ +0\.\d+ ", out, re.M) and "with these hot rows replicated: step" in out
+
+
+def test_dedup_keys_estimates_fewer_bytes_on_the_link_under_skew(tool, capsys):
+    args = ["--preset", "criteo-kaggle", "--world-size", "2", "--device-gb", "16", "--link", "ib100", "--skew",
+            "1.05", "--batch-size", "8192"]
+    sent = {}
+    for extra in ([], ["--dedup-keys"]):
+        assert tool.main(args + extra) == 0
+        out = capsys.readouterr().out
+        assert ("keys deduplicated a rank" in out) == bool(extra)
+        sent[bool(extra)] = int(re.search(r"^2 ranks send per step .*?: a2a_keys ([\d,]+) B", out, re.M)[1]
+                                .replace(",", ""))
+    assert sent[True] < sent[False] / 2, sent  # Criteo's smaller tables repeat their keys within a rank's 4096
 
 
 def test_a_saved_plan_for_another_world_is_one_line(tool, capsys, tmp_path):

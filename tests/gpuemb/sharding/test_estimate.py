@@ -72,6 +72,26 @@ def test_table_wise_is_unequal_by_table():
     assert est.ranks[0].update_bytes == pytest.approx(KeySkew(2.0).unique_rows(8, 1000) * 32)
 
 
+def test_dedup_sends_each_distinct_key_of_a_rank_once():
+    plain = estimate_step(two_tables(), LINK, PROFILE)
+    # no skew known: the bound, min(b·L, rows), is every key of a rank's 4 lookups of 1000 rows
+    assert estimate_step(two_tables(), LINK, PROFILE, dedup=True).ranks == plain.ranks
+    skew = KeySkew(2.0)
+    est = estimate_step(two_tables(), LINK, PROFILE, {"a": skew}, dedup=True)
+    D = skew.unique_rows(4, 1000)  # of table a's 4 lookups a rank, about 2.3 distinct keys
+    assert 1 < D < 3
+    # rank 1 sends a's owner, rank 0, D keys (after the 2 streams' counts) and D gradients; rank 0 returns D rows
+    assert est.ranks[1].sent["a2a_keys"] == pytest.approx(16 + 8 * D)
+    assert est.ranks[1].sent["a2a_bwd"] == pytest.approx(16 * D) and est.ranks[0].sent["a2a_fwd"] == pytest.approx(
+        16 * D)
+    assert est.ranks[0].gather_bytes == pytest.approx(2 * D * 16)  # each rank's distinct keys, its own included
+    assert est.ranks[1].gather_bytes == plain.ranks[1].gather_bytes == 128  # table b: no skew, every key
+    # row-wise over 2 ranks, 4 rows, 8 lookups a rank: at most 4 distinct keys, 2 an owner, against 4 lookups
+    rows = estimate_step(row_wise(), LINK, PROFILE, dedup=True).ranks[1].sent
+    assert rows["a2a_keys"] == 8 + 2 * 8 and rows["a2a_bwd"] == 2 * 16
+    assert estimate_step(row_wise(), LINK, PROFILE).ranks[1].sent["a2a_keys"] == 8 + 4 * 8
+
+
 def test_hot_rows_move_their_lookups_off_the_link():
     hot = {"a": HotRows("a", 2, 0.75, 0, 0)}  # the 2 hottest rows, 3/4 of the lookups, replicated
     est = estimate_step(two_tables(), LINK, PROFILE, {"a": KeySkew(1.0)}, hot)
