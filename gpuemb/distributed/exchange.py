@@ -41,6 +41,7 @@ class ShardedLookup(Function):
     exactly when this step trains, so the tape records the op; it gets no gradient."""
 
     early_backward = True  # the gradients leave for their owners before the bottom MLP's backward runs
+    _index = None  # under dedup, each group's (expand, order, offsets) on the device (``_dedup_index``)
 
     def __init__(self, collection, keys, training, routed=None):
         self.c, self.keys, self.training, self.routed = collection, keys, training, routed
@@ -100,10 +101,22 @@ class ShardedLookup(Function):
         """Write the ``rows`` that came back for group ``g`` (in this rank's send order) of streams ``ids``."""
         entries = self.route.group_index[g]
         if self.route.expand is not None:  # a key sent once came back once: its row goes to each of its places
-            rows = rows[to_device(self.route.expand[g])]
+            rows = rows[self._dedup_index()[g][0]]
         for s in ids:
             mine = np.flatnonzero(self.route.stream[entries] == s)
             self._place(out, s, entries[mine], rows[to_device(mine)])
+
+    def _dedup_index(self):
+        """Per group, the route's ``(expand, order, offsets)`` on the device: every group's in one copy, at first
+        use (on a GPU each copy from the host costs a call and a wait of its own)."""
+        if self._index is None:
+            r = self.route
+            parts = [a for e, (o, f) in zip(r.expand, r.sums) for a in (e, o, f)]
+            flat = to_device(np.concatenate(parts).astype(np.int64))
+            ends = np.cumsum([a.size for a in parts])
+            pieces = [flat[end - a.size:end] for a, end in zip(parts, ends)]
+            self._index = [tuple(pieces[3 * g:3 * g + 3]) for g in range(len(r.expand))]
+        return self._index
 
     def _look_up(self):
         """Route this rank's keys to their owners and look up, at each shard held here, the keys it received."""
@@ -169,8 +182,8 @@ class ShardedLookup(Function):
         send = get_array_module(gy).empty((r.group_index[g].size, width), np.float32)
         self._fill_grads(send, gy, g, ids)
         if r.sums is not None:  # a key sent once: the gradients of its places go back added up, in batch order
-            order, offsets = r.sums[g]
-            send = embedding_bag(send, to_device(order), to_device(offsets), "sum")
+            _, order, offsets = self._dedup_index()[g]
+            send = embedding_bag(send, order, offsets, "sum")
         if hasattr(c.comm, "start"):
             return c.codecs.start_backward(c.comm, send, r.group_counts[g])
         return _Received(c.codecs.alltoallv_backward(c.comm, send, r.group_counts[g]))

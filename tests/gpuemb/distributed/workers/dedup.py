@@ -9,7 +9,7 @@ Zipf's, each sample's twice (so a rank's part holds each key twice or more). Che
 - what this rank sent its peers each step: ``a2a_keys`` is 8 bytes a distinct (peer, stream, key) and S counts a
   peer, ``a2a_bwd`` a gradient row a distinct key; without ``dedup``, a key and a row an occurrence;
 - on the emulated device, after the first step: ``dedup`` costs a step one numba launch (the gradients' sum) and
-  one CuPy call (the rows' gather) a group, and no readback.
+  one CuPy call (the rows' gather) a group, one copy to the device (every group's indices), and no readback.
 Prints "rank R: ok".
 """
 import sys
@@ -18,7 +18,7 @@ import numpy as np
 
 from common import KEYS, N_DENSE, check_rows, configs, dlrm, plan
 from gpuemb import comm, optim
-from gpuemb.autograd import Tensor, backend, bce_with_logits, launches
+from gpuemb.autograd import Tensor, backend, bce_with_logits, launches, transfers
 from gpuemb.autograd.backend import to_device, to_host
 from gpuemb.distributed import distribute
 
@@ -83,11 +83,12 @@ def main():
         dense, sparse, y = batch(step)
         train(ref, opts[0], dense, sparse, y)
         logits = []
-        counted = []
+        counted, crossed = [], []
         for model, opt, reduce, dedup in ((dist, opts[1], reduce_dist, True), (plain, opts[2], reduce_plain, False)):
-            before = launches.COUNTS.snapshot(this_thread=True)
+            before, copies = launches.COUNTS.snapshot(this_thread=True), transfers.COUNTS.snapshot(this_thread=True)
             logits.append(train(model, opt, dense[mine], sparse[mine], y[mine], reduce))
             counted.append(launches.COUNTS.since(before, this_thread=True))
+            crossed.append(transfers.COUNTS.since(copies, this_thread=True))
             sent, want = model.embeddings.comm_bytes(), wanted(the_plan, sparse[mine], W, r, dedup)
             assert {tag: sent[tag] for tag in want} == want, (r, step, dedup, sent, want)
         if step == 0:
@@ -96,6 +97,8 @@ def main():
             more = {f: counted[0][f] - counted[1][f] for f in launches.FIELDS}
             groups = len(dist.embeddings.groups)
             assert more == {"numba": groups, "cupy": groups, "cublaslt": 0, "readbacks": 0}, (r, step, more)
+            copies = {f: crossed[0][f] - crossed[1][f] for f in ("to_device", "to_host", "syncs")}
+            assert copies == {"to_device": 1, "to_host": 0, "syncs": 0}, (r, step, copies)  # the groups' indices
         fewer += wanted(the_plan, sparse[mine], W, r, True)["a2a_keys"] < wanted(the_plan, sparse[mine], W, r,
                                                                                  False)["a2a_keys"]
         for (name, p), (_, q) in zip(ref.named_parameters(), dist.named_parameters()):
