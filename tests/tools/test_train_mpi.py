@@ -156,6 +156,19 @@ def test_four_ranks_as_two_hosts_train_the_same_bits_as_one_process(sharding, ex
     assert [r["kind"] for r in runs[0]] == ["train", "eval"] * 2 and runs[1] == runs[0]
 
 
+def test_four_ranks_as_two_hosts_with_dedup_keys_train_like_one_process(tmp_path, mpi_run):
+    """A grid's column ranges, each row-wise over a host's ranks, with each rank's keys sent once a range."""
+    args = ["--steps", "3", "--log-every", "1", "--sharding", "grid", *SHORT]
+    losses = []
+    for n, extra, env in ((1, [], {}), (4, ["--dedup-keys"], {"GPUEMB_LOCAL_RANKS": "2"})):
+        out = mpi_run(n, TRAIN, *args, *extra, "--metrics-out", tmp_path / f"{n}.jsonl", timeout_s=300,
+                      GPUEMB_COMM_TIMEOUT="60", **env)
+        summary(out)
+        assert (n == 4) == ("keys deduplicated; tables: 26 grid-wise over 4 ranks" in out.stdout), out.stdout
+        losses.append([r["loss"] for r in records(tmp_path / f"{n}.jsonl", "train")])
+    assert len(losses[0]) == 3 and losses[1] == pytest.approx(losses[0], rel=1e-5), losses
+
+
 def test_multi_hot_bags_relayed_over_two_hosts_train_like_one_process_with_or_without_overlap(rng, tmp_path,
                                                                                              mpi_run):
     """Table-row-wise multi-hot bags (summed) on 4 ranks declared as 2 hosts of 2 go by the two-level exchange
