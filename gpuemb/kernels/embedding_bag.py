@@ -229,8 +229,9 @@ def embedding_bag_max_cpu(table, slots, offsets):
 
 
 @numba.njit(cache=True)
-def _counting_order(slots, counts):
-    """The stable sort order of ``slots`` whose values count ``counts``: one pass, no comparisons."""
+def counting_order(slots, counts):
+    """The stable sort order of ``slots`` whose values count ``counts`` (``np.bincount(slots)``): one pass, no
+    comparisons."""
     pos = np.empty(counts.size, np.int64)
     total = 0
     for v in range(counts.size):
@@ -250,7 +251,7 @@ def _runs_cpu(slots, offsets, n, pooled):
     if not n or slots.min() < 0 or slots.max() > 4 * n + 1024:
         return _runs(slots, offsets, n)
     counts = np.bincount(slots)
-    order = _counting_order(slots, counts)
+    order = counting_order(slots, counts)
     unique = np.flatnonzero(counts)
     bounds = np.zeros(unique.size + 1, np.int64)
     np.cumsum(counts[unique], out=bounds[1:])

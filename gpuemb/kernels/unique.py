@@ -53,11 +53,17 @@ def _first_seen(keys, inverse, bits):
     return distinct[:n]
 
 
-def unique_keys_cpu(keys):
+def first_seen(keys):
+    """``(distinct [U], inverse [N])`` of host int64 ``keys`` (flattened): the distinct keys in order of first
+    sight, and each key's index among them. One pass through the hash table, no sort."""
     keys = np.ascontiguousarray(keys, np.int64).ravel()
     inverse = np.empty(keys.size, np.int64)
     bits = max(4, (2 * keys.size).bit_length())  # at least twice the keys: probes stay short
-    distinct = _first_seen(keys, inverse, bits)
+    return _first_seen(keys, inverse, bits), inverse
+
+
+def unique_keys_cpu(keys):
+    distinct, inverse = first_seen(keys)
     order = np.argsort(distinct)
     rank = np.empty(order.size, np.int64)
     rank[order] = np.arange(order.size)

@@ -94,8 +94,9 @@ def test_a_deduplicated_route_sends_each_key_once_an_owner_and_stream_and_expand
             np.testing.assert_array_equal(d.keys[mine][d.expand[g]], plain.keys[plain.group_index[g]])
             order, offsets = d.sums[g]
             assert offsets[-1] == order.size == d.expand[g].size and offsets.size == mine.sum() + 1
-            for u in range(mine.sum()):  # the entries a row's gradient adds up, in send order
+            for u in range(mine.sum()):  # the entries a row's gradient adds up, in send order: one at least
                 np.testing.assert_array_equal(order[offsets[u]:offsets[u + 1]], np.flatnonzero(d.expand[g] == u))
+                assert offsets[u + 1] > offsets[u]
         assert d.stream_counts.max(initial=0) <= np.unique(keys).size  # hence 6 at most from keys of 0 to 5
     assert d.keys.size == 0 and all(c.sum() == 0 for c in d.group_counts)
 
