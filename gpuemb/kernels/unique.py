@@ -8,6 +8,8 @@
   877k multi-hot keys of 4096 rows (MLPerf's hotness, 16k distinct) take 2.7 ms against 55 ms for a sort of all N
   (``backend.unique``) and 10.9 ms for ``torch.unique``; a single-hot batch (106k keys) 0.62 ms against 5.3 and
   2.0 ms;
+- ``first_seen``: the hash table's pass alone, the distinct keys in order of first sight and each key's index, for
+  callers that need no order (the distributed route's ``dedup``);
 - on a device, ``backend.unique`` (one sort of all N): a GPU sorts 1M keys in well under a millisecond, and a
   hash table with atomics would not give the same order of first sight on every run anyway.
 The result is the same array, bit for bit, whichever runs.
