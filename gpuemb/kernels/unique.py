@@ -56,8 +56,10 @@ def _first_seen(keys, inverse, bits):
 
 
 def first_seen(keys):
-    """``(distinct [U], inverse [N])`` of host int64 ``keys`` (flattened): the distinct keys in order of first
-    sight, and each key's index among them. One pass through the hash table, no sort."""
+    """``(distinct [U], inverse [N])`` of a host int64 array ``keys`` (flattened): the distinct keys in order of
+    first sight, and each key's index among them. One pass through the hash table, no sort."""
+    if keys.size >= 1 << 30:  # the table's int32 entries
+        raise ValueError(f"unique_keys: {keys.size} keys in one batch; split the batch below 2**30 keys")
     keys = np.ascontiguousarray(keys, np.int64).ravel()
     inverse = np.empty(keys.size, np.int64)
     bits = max(4, (2 * keys.size).bit_length())  # at least twice the keys: probes stay short
@@ -76,9 +78,7 @@ def unique_keys(keys):
     """``(sorted distinct keys [U], each key's index among them [N])`` of int64 ``keys`` (flattened)."""
     if is_device_array(keys):
         return backend.unique(keys, return_inverse=True)
-    if keys.size >= 1 << 30:  # the table's int32 entries
-        raise ValueError(f"unique_keys: {keys.size} keys in one batch; split the batch below 2**30 keys")
-    return unique_keys_cpu(keys)
+    return unique_keys_cpu(keys)  # first_seen refuses 2**30 keys or more: its table's entries are int32
 
 
 def unique_keys_fixed(keys):
